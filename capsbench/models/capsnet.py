@@ -1,0 +1,87 @@
+"""Sabour et al.'s CapsNet ("Dynamic Routing Between Capsules", arXiv:1710.09829)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from capsbench.models.base import Classifier, ModelOutput
+from capsbench.models.capsules import (
+    CapsuleVotes,
+    Decoder,
+    PrimaryCaps,
+    capsule_logits,
+    margin_loss,
+    reconstruction_loss,
+)
+from capsbench.models.routing import DynamicRouting
+
+
+class CapsNet(Classifier):
+    """Conv -> PrimaryCaps -> class capsules by dynamic routing -> optional reconstruction decoder.
+
+    Args (defaults are the paper's MNIST model, 8.2 M parameters):
+        in_channels, image_size, num_classes: of the dataset.
+        conv_channels: first conv (256 @ 9x9, stride 1, ReLU).
+        primary_types, primary_dim: primary capsules (32 types of 8D, 9x9 conv, stride 2).
+        class_dim: class capsule dimension (16).
+        routing_iterations: r (3).
+        decoder_hidden: decoder FC sizes ((512, 1024)); () disables reconstruction.
+        recon_weight: weight of the sum-squared reconstruction error in the loss (0.0005).
+    Shapes: (B, in_channels, H, W) -> scores (B, num_classes), poses (B, num_classes, class_dim).
+    """
+
+    is_capsule = True
+
+    def __init__(
+        self,
+        *,
+        in_channels: int = 1,
+        image_size: int = 28,
+        num_classes: int = 10,
+        conv_channels: int = 256,
+        primary_types: int = 32,
+        primary_dim: int = 8,
+        class_dim: int = 16,
+        routing_iterations: int = 3,
+        decoder_hidden: tuple[int, ...] = (512, 1024),
+        recon_weight: float = 0.0005,
+    ):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, conv_channels, 9)
+        self.primary = PrimaryCaps(in_channels=conv_channels, num_types=primary_types, dim=primary_dim)
+        grid = (image_size - 8 - 9) // 2 + 1  # spatial size after conv 9x9/1 and primary 9x9/2
+        if grid < 1:
+            raise ValueError(f"image_size {image_size} is too small for CapsNet (needs >= 17)")
+        self.votes = CapsuleVotes(
+            in_caps=primary_types * grid * grid, in_dim=primary_dim, out_caps=num_classes, out_dim=class_dim
+        )
+        self.routing = DynamicRouting(iterations=routing_iterations)
+        self.recon_weight = recon_weight
+        self.decoder = (
+            Decoder(
+                num_classes=num_classes,
+                caps_dim=class_dim,
+                hidden=tuple(decoder_hidden),
+                image_shape=(in_channels, image_size, image_size),
+            )
+            if decoder_hidden
+            else None
+        )
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+        u = self.primary(F.relu(self.conv(x)))  # (B, in_caps, primary_dim)
+        poses = self.routing(self.votes(u))  # (B, num_classes, class_dim)
+        lengths = poses.norm(dim=-1)  # (B, num_classes)
+        recon = None
+        if self.decoder is not None:
+            mask = labels if labels is not None else lengths.argmax(dim=1)
+            recon = self.decoder(poses, mask)
+        return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon)
+
+    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        loss = margin_loss(out.scores, labels)
+        if out.reconstructions is not None and self.recon_weight > 0:
+            loss = loss + self.recon_weight * reconstruction_loss(out.reconstructions, images)
+        return loss

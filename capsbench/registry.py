@@ -1,0 +1,53 @@
+"""Name -> factory registries with "did you mean" errors (timm-style)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from capsbench.errors import CapsbenchError
+
+T = TypeVar("T")
+
+
+def close_matches(name: str, options: list[str]) -> str:
+    """A phrase naming the options closest to `name`, or all options when none is close."""
+    near = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+    if near:
+        return "did you mean " + " or ".join(repr(n) for n in near) + "?"
+    return "valid: " + ", ".join(sorted(options))
+
+
+class Registry(Generic[T]):
+    """A named collection of factories; unknown names raise an error listing close matches."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def decorator(obj: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._entries[name] = obj
+            return obj
+
+        return decorator
+
+    def get(self, name: str) -> T:
+        if name not in self._entries:
+            raise CapsbenchError(
+                f"unknown {self.kind} {name!r}: {close_matches(name, self.names())} "
+                f"(see `capsbench list {self.kind}s`)"
+            )
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())

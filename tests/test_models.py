@@ -1,0 +1,74 @@
+"""Every registered model: forward, backward, output contract; paper sizes; constructor errors."""
+
+import pytest
+import torch
+
+from capsbench import create_model, list_models
+from capsbench.errors import CapsbenchError
+from capsbench.models import MODELS
+
+TINY = {
+    "capsnet": {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
+    "cnn_sabour": {"channels": (4, 4, 2), "fc": (8, 8)},
+    "cnn_9x9": {"channels": (4, 4, 2), "fc": (8, 8)},
+}
+
+
+def tiny_args(name: str) -> dict:
+    return TINY.get(name, {})
+
+
+def test_every_registered_model_has_tiny_args():
+    assert set(list_models()) <= set(TINY), "add tiny constructor args for new models to TINY"
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_forward_backward_and_output_contract(name):
+    torch.manual_seed(0)
+    model = create_model(name, **tiny_args(name))
+    x = torch.rand(3, 1, 28, 28)
+    y = torch.tensor([1, 4, 9])
+    out = model(x, y)
+    assert out.scores.shape == out.logits.shape == (3, 10)
+    assert torch.equal(out.scores.argmax(1), out.logits.argmax(1))
+    loss = model.loss(out, y, x)
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    loss.backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), f"{name}.{pname} got no finite gradient"
+        assert p.grad.abs().sum() > 0, f"{name}.{pname} has an all-zero gradient"
+    if model.is_capsule:
+        assert out.poses.shape[:2] == (3, 10)
+        assert ((out.scores >= 0) & (out.scores < 1)).all()
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_eval_forward_without_labels(name):
+    model = create_model(name, **tiny_args(name)).eval()
+    with torch.no_grad():
+        out = model(torch.rand(2, 1, 28, 28))
+    assert out.scores.shape == (2, 10)
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_paper_sizes():
+    # Hand count, CapsNet: conv 81*256+256, primary 256*256*81+256, W 1152*8*160, decoder 160*512+512 +
+    # 512*1024+1024 + 1024*784+784 = 8,215,568 (Sabour: 8.2 M).
+    assert n_params(create_model("capsnet")) == 8_215_568
+    # cnn_sabour: convs 6,656 + 1,638,656 + 819,328; FC 100,352*328+328, 328*192+192, 192*10+10 (Sabour: 35.4 M).
+    assert n_params(create_model("cnn_sabour")) == 35_445_522
+
+
+def test_unknown_model_and_argument_errors():
+    with pytest.raises(CapsbenchError, match="did you mean 'capsnet'"):
+        create_model("capsnett")
+    with pytest.raises(CapsbenchError, match="conv_channels"):
+        create_model("capsnet", conv_chanels=3)
+
+
+def test_registry_descriptions_present():
+    for name in MODELS:
+        assert MODELS.get(name).description
