@@ -1,0 +1,25 @@
+"""Minibatches from in-memory uint8 tensors, converted to float [0, 1] on the target device."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+
+def batches(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    *,
+    device: torch.device | str = "cpu",
+    shuffle_generator: torch.Generator | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield (images float (B, C, H, W) in [0, 1], labels) batches; shuffled when a generator is given."""
+    n = len(x)
+    order = torch.randperm(n, generator=shuffle_generator) if shuffle_generator is not None else torch.arange(n)
+    for start in range(0, n, batch_size):
+        idx = order[start : start + batch_size]
+        images = x[idx].to(device, non_blocking=True)
+        images = images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
+        yield images, y[idx].to(device, non_blocking=True)
