@@ -1,0 +1,213 @@
+"""Composes defaults < budget YAML < suite YAML < command-line key=value overrides, and validates them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from platformdirs import user_cache_dir
+
+from capsbench.errors import CapsbenchError
+from capsbench.registry import close_matches
+
+BUDGETS = ("smoke", "quick", "paper")
+
+
+@dataclass
+class DataConfig:
+    root: str | None = None  # default: $CAPSBENCH_DATA, else a user cache directory
+    download: bool = True  # fetch through torchvision when the files are missing
+    val_size: int = 5000  # held out from the training set, fixed seed; used for model selection
+    train_subset: int | None = None  # first n training images (after the split); None = all
+    val_subset: int | None = None
+    test_subset: int | None = None
+    max_shift: int = 2  # random translation in pixels during training (Sabour et al.)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float = 1e-3  # Adam
+    lr_decay: float = 0.96  # exponential decay factor applied after every epoch
+    eval_batch_size: int = 500
+
+
+@dataclass
+class TrackingConfig:
+    uri: str | None = None  # default: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
+    experiment: str = "capsbench"
+    enabled: bool = True
+
+
+@dataclass
+class RunConfig:
+    suite: str | None = None
+    budget: str = "quick"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    models: list[str] = field(default_factory=lambda: ["capsnet", "cnn_sabour", "cnn_9x9"])
+    dataset: str = "mnist"
+    device: str = "auto"  # auto: cuda if present, else cpu
+    output_dir: str = "results"
+    cache_dir: str | None = None  # checkpoint cache; default: $CAPSBENCH_CACHE, else <output_dir>/checkpoints
+    retrain: bool = False  # ignore cached checkpoints and train again
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    model_args: dict[str, Any] = field(default_factory=dict)  # per model name: constructor overrides
+    params: Any = None  # the suite's own parameters (its Params dataclass)
+
+
+def config_dir() -> Path:
+    """The directory holding `suites/` and `budgets/`: the repository root, or the installed wheel's copy."""
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "suites").is_dir():
+        return repo
+    return Path(str(resources.files("capsbench") / "_data"))
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    """'key=value' strings -> {key: raw value}; anything else is an error."""
+    parsed: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CapsbenchError(f"expected key=value, got {item!r} (for example: suite=accuracy seeds=[0,1])")
+        parsed[key.strip()] = value
+    return parsed
+
+
+def _schema(params_cls: type | None) -> DictConfig:
+    if params_cls is None:
+        return OmegaConf.structured(RunConfig)
+    typed = dataclasses.make_dataclass(
+        "SuiteRunConfig", [("params", params_cls, field(default_factory=params_cls))], bases=(RunConfig,)
+    )
+    return OmegaConf.structured(typed)
+
+
+def _check_key(schema: DictConfig, dotted: str, source: str) -> None:
+    node: Any = schema
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        path = ".".join(parts[:depth])
+        if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
+            return  # free-form mapping (model_args): checked against the model later
+        if not isinstance(node, DictConfig) or part not in node:
+            valid = list(node.keys()) if isinstance(node, DictConfig) else []
+            where = f" under {path!r}" if path else ""
+            hint = close_matches(part, [str(k) for k in valid]) if valid else f"{path!r} takes a value, not sub-keys"
+            raise CapsbenchError(f"unknown config key {dotted!r} in {source}{where}: {hint}")
+        node = node[part]
+
+
+def _flatten_keys(cfg: Any, prefix: str = "") -> list[str]:
+    if not isinstance(cfg, dict):
+        return [prefix]
+    keys: list[str] = []
+    for k, v in cfg.items():
+        dotted = f"{prefix}.{k}" if prefix else str(k)
+        keys += _flatten_keys(v, dotted) if isinstance(v, dict) and k != "model_args" else [dotted]
+    return keys
+
+
+def _merge(schema: DictConfig, layer: dict[str, Any], source: str) -> DictConfig:
+    for key in _flatten_keys(layer):
+        _check_key(schema, key, source)
+    try:
+        return OmegaConf.merge(schema, OmegaConf.create(layer))  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise CapsbenchError(f"bad value in {source}: {_describe(exc)}") from None
+
+
+def _describe(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None)
+    msg = str(exc).splitlines()[0]
+    return f"{key}: {msg}" if key else msg
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    loaded = OmegaConf.to_container(OmegaConf.load(path))
+    if not isinstance(loaded, dict):
+        raise CapsbenchError(f"{path} must hold a mapping of config keys")
+    return loaded
+
+
+def compose(overrides: list[str], *, require_suite: bool = True) -> DictConfig:
+    """Build the validated run config from command-line overrides (see module docstring for the order)."""
+    from capsbench.suites import SUITES  # late: suites import models and data
+
+    raw = parse_overrides(overrides)
+    cli_layer = OmegaConf.to_container(OmegaConf.from_dotlist([f"{k}={v}" for k, v in raw.items()]))
+    suite_name = raw.get("suite")
+    budget = raw.get("budget", RunConfig.budget)
+    if budget not in BUDGETS:
+        raise CapsbenchError(f"unknown budget {budget!r}: {close_matches(budget, list(BUDGETS))}")
+    if require_suite and not suite_name:
+        raise CapsbenchError(f"which suite? add suite=NAME, one of: {', '.join(SUITES.names())}")
+    suite = SUITES.get(suite_name) if suite_name else None
+    cfg = _schema(suite.Params if suite else None)
+
+    root = config_dir()
+    cfg = _merge(cfg, _read_yaml(root / "suites" / "budgets" / f"{budget}.yaml"), f"budget {budget!r}")
+    if suite:
+        suite_yaml = _read_yaml(root / "suites" / f"{suite_name}.yaml")
+        per_budget = suite_yaml.pop("budgets", {}) or {}
+        cfg = _merge(cfg, suite_yaml, f"suites/{suite_name}.yaml")
+        cfg = _merge(cfg, per_budget.get(budget, {}) or {}, f"suites/{suite_name}.yaml budgets.{budget}")
+    cfg = _merge(cfg, cli_layer, "the command line")
+    _resolve_defaults(cfg)
+    _validate(cfg)
+    return cfg
+
+
+def _resolve_defaults(cfg: DictConfig) -> None:
+    out = Path(cfg.output_dir).expanduser().resolve()
+    cfg.output_dir = str(out)
+    if cfg.data.root is None:
+        cfg.data.root = os.environ.get("CAPSBENCH_DATA") or str(Path(user_cache_dir("capsbench")) / "datasets")
+    cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
+    if cfg.cache_dir is None:
+        cfg.cache_dir = os.environ.get("CAPSBENCH_CACHE") or str(out / "checkpoints")
+    if cfg.tracking.uri is None:
+        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
+    if cfg.device == "auto":
+        import torch
+
+        cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _validate(cfg: DictConfig) -> None:
+    from capsbench.data import DATASETS
+    from capsbench.models import check_model_arguments
+
+    if not cfg.seeds:
+        raise CapsbenchError("seeds is empty: give at least one, for example seeds=[0]")
+    if not cfg.models:
+        raise CapsbenchError("models is empty: give at least one, for example models=[capsnet]")
+    for name in cfg.models:
+        check_model_arguments(name, {})
+    for name, args in cfg.model_args.items():
+        check_model_arguments(name, dict(args or {}))
+    DATASETS.get(cfg.dataset)
+    if not (cfg.device == "cpu" or cfg.device.startswith("cuda") or cfg.device == "mps"):
+        raise CapsbenchError(f"device must be auto, cpu, cuda, cuda:N or mps, got {cfg.device!r}")
+    if cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CapsbenchError(f"device={cfg.device} but no CUDA device is available; use device=cpu or auto")
+
+
+def to_dict(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg)
