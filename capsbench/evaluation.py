@@ -1,0 +1,25 @@
+"""Inference helpers shared by suites and training: predictions and accuracy on in-memory splits."""
+
+from __future__ import annotations
+
+import torch
+
+from capsbench.data import batches
+from capsbench.models import Classifier
+
+
+@torch.no_grad()
+def predict(model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str) -> torch.Tensor:
+    """Predicted classes (N,) = argmax of the model's class scores, in eval mode."""
+    was_training = model.training
+    model.eval()
+    preds = [model(images).scores.argmax(dim=1).cpu() for images, _ in batches(x, y, batch_size, device=device)]
+    model.train(was_training)
+    return torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
+
+
+def accuracy(model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str) -> float:
+    """Top-1 accuracy in [0, 1]."""
+    if len(y) == 0:
+        raise ValueError("accuracy of an empty split is undefined")
+    return (predict(model, x, y, batch_size=batch_size, device=device) == y).float().mean().item()

@@ -1,0 +1,157 @@
+"""The training loop (validation-based model selection, resumable) and the checkpoint-cache front door."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+import capsbench
+from capsbench.checkpoints import CheckpointCache, content_key
+from capsbench.data import SPLIT_SEED, Splits, batches, random_shift
+from capsbench.evaluation import accuracy
+from capsbench.models import MODELS, Classifier, create_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainedModel:
+    """A model with its best-validation weights loaded, and how it got them."""
+
+    model: Classifier
+    key: str
+    path: Path
+    meta: dict[str, Any]
+    cached: bool
+
+
+def model_config(cfg: DictConfig, name: str, splits: Splits) -> dict[str, Any]:
+    """Every constructor argument of model `name`: registry defaults < budget/suite/CLI model_args < dataset."""
+    args = MODELS.get(name).arguments()
+    args.update(OmegaConf.to_container(cfg.model_args).get(name) or {})
+    args.update(in_channels=splits.spec.in_channels, image_size=splits.spec.image_size, num_classes=splits.spec.num_classes)
+    return {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in args.items()}
+
+
+def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits) -> dict[str, Any]:
+    """Everything that changes the trained weights; its hash is the checkpoint's cache key."""
+    d, t = cfg.data, cfg.train
+    return {
+        "capsbench": capsbench.__version__,
+        "model": name,
+        "model_args": model_config(cfg, name, splits),
+        "data": {
+            "dataset": splits.name, "val_size": d.val_size, "train_subset": d.train_subset,
+            "val_subset": d.val_subset, "max_shift": d.max_shift, "split_seed": SPLIT_SEED,
+        },
+        "train": {"epochs": t.epochs, "batch_size": t.batch_size, "lr": t.lr, "lr_decay": t.lr_decay},
+        "seed": seed,
+    }
+
+
+def obtain_model(cfg: DictConfig, name: str, seed: int, splits: Splits) -> TrainedModel:
+    """The trained model from the cache when its key is there (and retrain is off), else train it now."""
+    identity = training_identity(cfg, name, seed, splits)
+    key = content_key(identity)
+    cache = CheckpointCache(cfg.cache_dir)
+    torch.manual_seed(seed)
+    model = create_model(name, **identity["model_args"]).to(cfg.device)
+    if cfg.retrain:
+        cache.discard(key)
+    elif (done := cache.load(key)) is not None:
+        model.load_state_dict(done["state_dict"])
+        log.info("%s seed %d: cached checkpoint %s", name, seed, cache.path(key))
+        return TrainedModel(model, key, cache.path(key), done["meta"], cached=True)
+
+    resume = cache.load_partial(key)
+    if resume is not None:
+        log.info("%s seed %d: resuming after epoch %d", name, seed, resume["epoch"] + 1)
+    start = time.perf_counter()
+    meta = fit(
+        model, splits, cfg, seed=seed, resume=resume,
+        save_progress=lambda state: cache.save_partial(key, state), desc=f"{name} s{seed}",
+    )
+    meta.update(identity=identity, train_seconds=time.perf_counter() - start + (resume or {}).get("seconds", 0.0))
+    path = cache.save(key, {"state_dict": model.state_dict(), "meta": meta})
+    return TrainedModel(model, key, path, meta, cached=False)
+
+
+def fit(
+    model: Classifier,
+    splits: Splits,
+    cfg: DictConfig,
+    *,
+    seed: int,
+    resume: dict[str, Any] | None = None,
+    save_progress=None,
+    desc: str = "train",
+) -> dict[str, Any]:
+    """Adam with exponential decay; returns history and loads the best-validation weights into `model`.
+
+    Every epoch reseeds from (seed, epoch), so a run resumed from its last finished epoch computes
+    the same weights as an uninterrupted one.
+    """
+    t, device = cfg.train, cfg.device
+    opt = torch.optim.Adam(model.parameters(), lr=t.lr)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=t.lr_decay)
+    history: list[dict[str, float]] = []
+    best_acc, best_epoch, best_state, first = -1.0, -1, None, 0
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        history, best_acc, best_epoch = resume["history"], resume["best_val_accuracy"], resume["best_epoch"]
+        best_state, first = resume["best_state"], resume["epoch"] + 1
+    started = time.perf_counter()
+    for epoch in range(first, t.epochs):
+        epoch_seed = seed * 100_003 + epoch
+        torch.manual_seed(epoch_seed)  # dropout and any other global-RNG use
+        gen = torch.Generator().manual_seed(epoch_seed)
+        train_loss, train_acc = _train_epoch(model, splits, cfg, opt, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
+        sched.step()
+        val_acc = accuracy(model, splits.val_x, splits.val_y, batch_size=t.eval_batch_size, device=device)
+        history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc})
+        log.info("%s epoch %d: loss %.4f train acc %.4f val acc %.4f", desc, epoch + 1, train_loss, train_acc, val_acc)
+        if val_acc > best_acc:
+            best_acc, best_epoch = val_acc, epoch + 1
+            best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        if save_progress is not None and epoch + 1 < t.epochs:
+            save_progress({
+                "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "epoch": epoch, "history": history, "best_val_accuracy": best_acc, "best_epoch": best_epoch,
+                "best_state": best_state,
+                "seconds": time.perf_counter() - started + (resume or {}).get("seconds", 0.0),
+            })
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return {"history": copy.deepcopy(history), "best_epoch": best_epoch, "best_val_accuracy": best_acc}
+
+
+def _train_epoch(model, splits, cfg, opt, gen, *, desc: str) -> tuple[float, float]:
+    model.train()
+    total_loss, correct, seen = 0.0, 0, 0
+    n_batches = -(-len(splits.train_x) // cfg.train.batch_size)
+    bar = tqdm(
+        batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
+        total=n_batches, desc=desc, leave=False, disable=None,
+    )
+    for images, labels in bar:
+        images = random_shift(images, cfg.data.max_shift, gen)
+        out = model(images, labels)
+        loss = model.loss(out, labels, images)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total_loss += loss.item() * len(labels)
+        correct += (out.scores.argmax(dim=1) == labels).sum().item()
+        seen += len(labels)
+        bar.set_postfix(loss=f"{total_loss / seen:.4f}", acc=f"{correct / seen:.4f}")
+    return total_loss / seen, correct / seen
