@@ -1,0 +1,11 @@
+"""Suite registry: one module per suite, each a Suite subclass registered by name."""
+
+from capsbench.registry import Registry
+from capsbench.suites.accuracy import AccuracySuite
+from capsbench.suites.base import Context, Metric, Suite
+
+SUITES: Registry[type[Suite]] = Registry("suite")
+for _suite in (AccuracySuite,):
+    SUITES.register(_suite.name)(_suite)
+
+__all__ = ["SUITES", "Context", "Metric", "Suite"]

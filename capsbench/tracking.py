@@ -1,0 +1,168 @@
+"""MLflow logging: one parent run per invocation, one nested run per (model, dataset, seed). The only mlflow importer."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("capsbench", "torch", "torchvision", "torchattacks", "mlflow", "fvcore", "numpy")
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists become their string form."""
+    flat: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and v:
+            flat.update(flatten(v, key))
+        else:
+            flat[key] = v
+    return flat
+
+
+def environment_tags(device: str) -> dict[str, str]:
+    """Git commit, package versions, device name: what a reader needs to trust or reproduce a number."""
+    tags = {f"version.{p}": _version(p) for p in PACKAGES}
+    tags["version.python"] = platform.python_version()
+    tags["git.commit"] = _git_commit()
+    if device.startswith("cuda"):
+        tags["device.name"] = torch.cuda.get_device_name(torch.device(device))
+        tags["device.tf32"] = str(torch.backends.cuda.matmul.allow_tf32)
+    else:
+        tags["device.name"] = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    tags["device"] = device
+    return tags
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git_commit() -> str:
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown"
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+class Tracker:
+    """Context manager around the parent run; `child()` opens a nested run. A no-op when disabled."""
+
+    def __init__(self, *, uri: str, experiment: str, artifact_root: Path, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.uri, self.experiment, self.artifact_root = uri, experiment, artifact_root
+        self.parent_id: str | None = None
+
+    @contextmanager
+    def parent(self, run_name: str, params: dict[str, Any], tags: dict[str, str], config_yaml: str) -> Iterator["Tracker"]:
+        if not self.enabled:
+            yield self
+            return
+        import mlflow
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        mlflow.set_tracking_uri(self.uri)
+        if mlflow.get_experiment_by_name(self.experiment) is None:
+            # Artifacts beside the output, not in ./mlruns of whatever directory the user is in.
+            mlflow.create_experiment(self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
+        mlflow.set_experiment(self.experiment)
+        with _run_status(mlflow, mlflow.start_run(run_name=run_name, tags=tags)) as run:
+            self.parent_id = run.info.run_id
+            mlflow.log_params({k: _param(v) for k, v in params.items()})
+            mlflow.log_text(config_yaml, "config.yaml")
+            yield self
+
+    @contextmanager
+    def child(self, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> Iterator["ChildRun"]:
+        if not self.enabled:
+            yield ChildRun(None)
+            return
+        import mlflow
+
+        with _run_status(mlflow, mlflow.start_run(run_name=run_name, nested=True, tags=tags)) as run:
+            mlflow.log_params({k: _param(v) for k, v in params.items()})
+            yield ChildRun(run.info.run_id)
+
+    def log_artifacts(self, paths: list[Path]) -> None:
+        if not self.enabled:
+            return
+        import mlflow
+
+        for path in paths:
+            mlflow.log_artifact(str(path))
+
+
+class ChildRun:
+    """A nested run: metrics from tidy records (sweep records use the sweep index as the MLflow step)."""
+
+    def __init__(self, run_id: str | None) -> None:
+        self.run_id = run_id
+
+    def log_records(self, records: list[dict[str, Any]], sweep_columns: tuple[str, ...]) -> None:
+        """Each record becomes a metric value; a metric's sweep points become its steps 0, 1, ...,
+        and the param `steps.<metric>` says which sweep values each step stands for."""
+        if self.run_id is None:
+            return
+        import mlflow
+
+        labels: dict[str, list[str]] = defaultdict(list)
+        for rec in records:
+            step = len(labels[rec["metric"]])
+            labels[rec["metric"]].append(", ".join(f"{c}={rec[c]}" for c in sweep_columns if rec.get(c) is not None))
+            mlflow.log_metric(rec["metric"], float(rec["value"]), step=step)
+        for metric, steps in labels.items():
+            if any(steps):
+                mlflow.log_param(f"steps.{metric}", _param("; ".join(f"{i}: {s}" for i, s in enumerate(steps))))
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        if self.run_id is None:
+            return
+        import mlflow
+
+        mlflow.log_params({k: _param(v) for k, v in params.items()})
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        if self.run_id is None:
+            return
+        import mlflow
+
+        mlflow.log_metrics(metrics)
+
+
+def _param(v: Any) -> str:
+    text = str(v)
+    return text if len(text) <= 6000 else text[:5997] + "..."
+
+
+@contextmanager
+def _run_status(mlflow: Any, active_run: Any) -> Iterator[Any]:
+    """End the run FINISHED on success, KILLED on Ctrl-C, FAILED on any other exception, then re-raise."""
+    try:
+        yield active_run
+    except KeyboardInterrupt:
+        mlflow.end_run(status="KILLED")
+        raise
+    except BaseException:
+        mlflow.end_run(status="FAILED")
+        raise
+    mlflow.end_run(status="FINISHED")

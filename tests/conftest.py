@@ -1,0 +1,50 @@
+"""Shared fixtures: tiny synthetic splits, a smoke config in a temporary directory, the real MNIST root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsbench.config import compose
+from capsbench.data import DatasetSpec, Splits
+
+REPO = Path(__file__).resolve().parent.parent
+MNIST_ROOT = Path(os.environ.get("CAPSBENCH_DATA", REPO.parent / "shared" / "datasets"))
+
+
+def make_splits(n_train: int = 64, n_val: int = 32, n_test: int = 32, size: int = 28) -> Splits:
+    """Random uint8 images whose label is encoded in the brightest row band, so models can learn it."""
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, 10, (n,), generator=g)
+        x = torch.randint(0, 60, (n, 1, size, size), generator=g, dtype=torch.uint8)
+        for i, label in enumerate(y.tolist()):
+            x[i, 0, 2 * label + 4 : 2 * label + 6, 4:-4] = 255
+        return x, y
+
+    spec = DatasetSpec(load=lambda root, download: None, in_channels=1, image_size=size, num_classes=10, description="synthetic")
+    return Splits("synthetic", *split(n_train), *split(n_val), *split(n_test), spec=spec)
+
+
+@pytest.fixture
+def tiny_splits() -> Splits:
+    return make_splits()
+
+
+@pytest.fixture
+def smoke_cfg(tmp_path: Path):
+    """The smoke budget with everything written under tmp_path and MLflow off."""
+    return compose(
+        ["suite=accuracy", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "train.epochs=1", "device=cpu"]
+    )
+
+
+@pytest.fixture
+def mnist_root() -> Path:
+    if not (MNIST_ROOT / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists():
+        pytest.skip(f"real MNIST not found under {MNIST_ROOT} (set CAPSBENCH_DATA)")
+    return MNIST_ROOT

@@ -1,0 +1,94 @@
+"""End to end on real MNIST: `capsbench run suite=accuracy budget=smoke` writes records, tables and MLflow runs."""
+
+import csv
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from capsbench import runner as runner_module
+from capsbench.cli import app
+
+
+def run_cli(args):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture
+def smoke_args(tmp_path, mnist_root):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return uri, ["run", "suite=accuracy", "budget=smoke", f"output_dir={tmp_path / 'out'}",
+                 f"data.root={mnist_root}", "data.download=false", f"tracking.uri={uri}", "device=cpu"]
+
+
+@pytest.mark.slow
+def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
+    uri, args = smoke_args
+    result = run_cli(args)
+    out = tmp_path / "out" / "accuracy"
+    assert "| capsnet |" in result.output
+
+    with open(out / "records.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["model"] for r in rows} == {"capsnet", "cnn_sabour", "cnn_9x9"}
+    assert {r["metric"] for r in rows} == {"test_accuracy", "test_error"}
+    for r in rows:
+        if r["metric"] == "test_accuracy":
+            assert float(r["value"]) > 50.0, f"{r['model']} at {r['value']} % is not well above chance (10 %)"
+    for name in ("table.md", "table.tex", "table.csv", "config.yaml"):
+        assert (out / name).stat().st_size > 0
+    assert "**" in (out / "table.md").read_text()
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("capsbench")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(parents) == 1 and len(children) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["budget"] == "smoke" and parent.data.params["train.epochs"] == "2"
+    assert parent.data.tags["budget"] == "smoke" and parent.data.tags["version.mlflow"].startswith("3.")
+    assert "git.commit" in parent.data.tags and "device.name" in parent.data.tags
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"records.csv", "table.md", "table.tex", "table.csv", "config.yaml"} <= artifacts
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert 50.0 < child.data.metrics["test_accuracy"] <= 100.0
+        assert child.data.params["checkpoint.cached"] == "False"
+
+    # Second invocation: every checkpoint comes from the cache.
+    run_cli(args)
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])
+    newest_parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    cached = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == newest_parent.info.run_id]
+    assert len(cached) == 3 and all(r.data.params["checkpoint.cached"] == "True" for r in cached)
+
+
+@pytest.mark.slow
+def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_args, monkeypatch):
+    uri, args = smoke_args
+    real_obtain = runner_module.obtain_model
+    calls = []
+
+    def interrupt_on_second_model(cfg, name, seed, splits):
+        calls.append(name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_obtain(cfg, name, seed, splits)
+
+    monkeypatch.setattr(runner_module, "obtain_model", interrupt_on_second_model)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 130 and "interrupted" in result.output
+    assert not (tmp_path / "out" / "accuracy" / "table.md").exists()
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.info.status == "KILLED"
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED", "KILLED"]  # model 1 done, model 2 cut
+
+    monkeypatch.setattr(runner_module, "obtain_model", real_obtain)
+    run_cli(args)
+    assert (tmp_path / "out" / "accuracy" / "table.md").exists()
