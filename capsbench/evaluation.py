@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from capsbench.data import batches
 from capsbench.models import Classifier
 
 
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+
 @torch.no_grad()
-def predict(model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str) -> torch.Tensor:
-    """Predicted classes (N,) = argmax of the model's class scores, in eval mode."""
+def predict(
+    model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str, transform: Transform | None = None
+) -> torch.Tensor:
+    """Predicted classes (N,) = argmax of the model's class scores, in eval mode; `transform` maps each batch first."""
     was_training = model.training
     model.eval()
-    preds = [model(images).scores.argmax(dim=1).cpu() for images, _ in batches(x, y, batch_size, device=device)]
+    preds = [
+        model(transform(images) if transform else images).scores.argmax(dim=1).cpu()
+        for images, _ in batches(x, y, batch_size, device=device)
+    ]
     model.train(was_training)
     return torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
 
 
-def accuracy(model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str) -> float:
+def accuracy(
+    model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str, transform: Transform | None = None
+) -> float:
     """Top-1 accuracy in [0, 1]."""
     if len(y) == 0:
         raise ValueError("accuracy of an empty split is undefined")
-    return (predict(model, x, y, batch_size=batch_size, device=device) == y).float().mean().item()
+    preds = predict(model, x, y, batch_size=batch_size, device=device, transform=transform)
+    return (preds == y).float().mean().item()

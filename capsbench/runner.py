@@ -52,6 +52,7 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
     torch.set_float32_matmul_precision("highest")  # TF32 off: numbers must not depend on the GPU generation
     tracker = make_tracker(cfg)
     tags = {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget}
+    protocol = suite.protocol(cfg)
     records: list[dict[str, Any]] = []
     with tracker.parent(f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags, to_yaml(cfg)):
         for model_name in cfg.models:
@@ -59,10 +60,10 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
                 run_name = f"{model_name}-{cfg.dataset}-s{seed}"
                 child_params = {"model": model_name, "dataset": cfg.dataset, "seed": seed}
                 with tracker.child(run_name, child_params, {**tags, "model": model_name}) as child:
-                    trained = obtain_model(cfg, model_name, seed, splits)
+                    trained = obtain_model(cfg, model_name, seed, splits, protocol)
                     ctx = Context(
                         model=trained.model.eval(), model_name=model_name, splits=splits, params=cfg.params,
-                        device=cfg.device, batch_size=cfg.train.eval_batch_size, seed=seed,
+                        device=cfg.device, batch_size=cfg.train.eval_batch_size, seed=seed, protocol=protocol,
                     )
                     rows = [
                         {"suite": cfg.suite, "model": model_name, "dataset": cfg.dataset, "seed": seed, **r}

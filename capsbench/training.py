@@ -15,9 +15,10 @@ from tqdm.auto import tqdm
 
 import capsbench
 from capsbench.checkpoints import CheckpointCache, content_key
-from capsbench.data import SPLIT_SEED, Splits, batches, random_shift
+from capsbench.data import SPLIT_SEED, Splits, batches
 from capsbench.evaluation import accuracy
 from capsbench.models import MODELS, Classifier, create_model
+from capsbench.protocols import TrainingProtocol
 
 log = logging.getLogger(__name__)
 
@@ -33,33 +34,42 @@ class TrainedModel:
     cached: bool
 
 
-def model_config(cfg: DictConfig, name: str, splits: Splits) -> dict[str, Any]:
-    """Every constructor argument of model `name`: registry defaults < budget/suite/CLI model_args < dataset."""
+def default_protocol(cfg: DictConfig) -> TrainingProtocol:
+    return TrainingProtocol(max_shift=cfg.data.max_shift)
+
+
+def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:
+    """Every constructor argument of model `name`: registry defaults < budget/suite/CLI model_args < data."""
     args = MODELS.get(name).arguments()
     args.update(OmegaConf.to_container(cfg.model_args).get(name) or {})
-    args.update(in_channels=splits.spec.in_channels, image_size=splits.spec.image_size, num_classes=splits.spec.num_classes)
+    spec = splits.spec
+    args.update(in_channels=spec.in_channels, image_size=protocol.input_size(spec.image_size), num_classes=spec.num_classes)
     return {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in args.items()}
 
 
-def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits) -> dict[str, Any]:
+def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:
     """Everything that changes the trained weights; its hash is the checkpoint's cache key."""
     d, t = cfg.data, cfg.train
     return {
         "capsbench": capsbench.__version__,
         "model": name,
-        "model_args": model_config(cfg, name, splits),
+        "model_args": model_config(cfg, name, splits, protocol),
         "data": {
             "dataset": splits.name, "val_size": d.val_size, "train_subset": d.train_subset,
-            "val_subset": d.val_subset, "max_shift": d.max_shift, "split_seed": SPLIT_SEED,
+            "val_subset": d.val_subset, "split_seed": SPLIT_SEED,
         },
+        "protocol": protocol.identity(),
         "train": {"epochs": t.epochs, "batch_size": t.batch_size, "lr": t.lr, "lr_decay": t.lr_decay},
         "seed": seed,
     }
 
 
-def obtain_model(cfg: DictConfig, name: str, seed: int, splits: Splits) -> TrainedModel:
+def obtain_model(
+    cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol | None = None
+) -> TrainedModel:
     """The trained model from the cache when its key is there (and retrain is off), else train it now."""
-    identity = training_identity(cfg, name, seed, splits)
+    protocol = protocol or default_protocol(cfg)
+    identity = training_identity(cfg, name, seed, splits, protocol)
     key = content_key(identity)
     cache = CheckpointCache(cfg.cache_dir)
     torch.manual_seed(seed)
@@ -76,7 +86,7 @@ def obtain_model(cfg: DictConfig, name: str, seed: int, splits: Splits) -> Train
         log.info("%s seed %d: resuming after epoch %d", name, seed, resume["epoch"] + 1)
     start = time.perf_counter()
     meta = fit(
-        model, splits, cfg, seed=seed, resume=resume,
+        model, splits, cfg, protocol, seed=seed, resume=resume,
         save_progress=lambda state: cache.save_partial(key, state), desc=f"{name} s{seed}",
     )
     meta.update(identity=identity, train_seconds=time.perf_counter() - start + (resume or {}).get("seconds", 0.0))
@@ -88,6 +98,7 @@ def fit(
     model: Classifier,
     splits: Splits,
     cfg: DictConfig,
+    protocol: TrainingProtocol,
     *,
     seed: int,
     resume: dict[str, Any] | None = None,
@@ -115,9 +126,11 @@ def fit(
         epoch_seed = seed * 100_003 + epoch
         torch.manual_seed(epoch_seed)  # dropout and any other global-RNG use
         gen = torch.Generator().manual_seed(epoch_seed)
-        train_loss, train_acc = _train_epoch(model, splits, cfg, opt, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
+        train_loss, train_acc = _train_epoch(model, splits, cfg, protocol, opt, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
         sched.step()
-        val_acc = accuracy(model, splits.val_x, splits.val_y, batch_size=t.eval_batch_size, device=device)
+        val_acc = accuracy(
+            model, splits.val_x, splits.val_y, batch_size=t.eval_batch_size, device=device, transform=protocol.eval_inputs
+        )
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc})
         log.info("%s epoch %d: loss %.4f train acc %.4f val acc %.4f", desc, epoch + 1, train_loss, train_acc, val_acc)
         if val_acc > best_acc:
@@ -135,7 +148,7 @@ def fit(
     return {"history": copy.deepcopy(history), "best_epoch": best_epoch, "best_val_accuracy": best_acc}
 
 
-def _train_epoch(model, splits, cfg, opt, gen, *, desc: str) -> tuple[float, float]:
+def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[float, float]:
     model.train()
     total_loss, correct, seen = 0.0, 0, 0
     n_batches = -(-len(splits.train_x) // cfg.train.batch_size)
@@ -144,14 +157,15 @@ def _train_epoch(model, splits, cfg, opt, gen, *, desc: str) -> tuple[float, flo
         total=n_batches, desc=desc, leave=False, disable=None,
     )
     for images, labels in bar:
-        images = random_shift(images, cfg.data.max_shift, gen)
-        out = model(images, labels)
-        loss = model.loss(out, labels, images)
+        batch = protocol.train_batch(images, labels, gen)
+        out = model(batch.inputs, batch.targets)
+        loss = model.loss(out, batch.targets, batch.inputs)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         total_loss += loss.item() * len(labels)
-        correct += (out.scores.argmax(dim=1) == labels).sum().item()
+        if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
+            correct += (out.scores.argmax(dim=1) == batch.targets).sum().item()
         seen += len(labels)
         bar.set_postfix(loss=f"{total_loss / seen:.4f}", acc=f"{correct / seen:.4f}")
     return total_loss / seen, correct / seen

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from capsbench.checkpoints import CheckpointCache, atomic_save, content_key
-from capsbench.training import obtain_model, training_identity
+from capsbench.training import default_protocol, obtain_model, training_identity
 
 
 class ExplodesWhenPickled:
@@ -44,15 +44,15 @@ def test_cache_hit_and_miss(smoke_cfg, tiny_splits):
 
 
 def test_identity_covers_what_changes_weights(smoke_cfg, tiny_splits):
-    base = content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits))
+    base = content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits, default_protocol(smoke_cfg)))
     smoke_cfg.train.lr = 0.5
-    assert content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits)) != base
+    assert content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits, default_protocol(smoke_cfg))) != base
     smoke_cfg.train.lr = 0.003
     smoke_cfg.model_args.capsnet.routing_iterations = 1
-    assert content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits)) != base
+    assert content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits, default_protocol(smoke_cfg))) != base
     smoke_cfg.train.eval_batch_size = 7  # does not change the weights
     smoke_cfg.model_args.capsnet.routing_iterations = 3
-    assert content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits)) == base
+    assert content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits, default_protocol(smoke_cfg))) == base
 
 
 def test_interrupted_training_resumes_to_the_same_weights(smoke_cfg, tiny_splits, tmp_path):

@@ -73,11 +73,11 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
     real_obtain = runner_module.obtain_model
     calls = []
 
-    def interrupt_on_second_model(cfg, name, seed, splits):
+    def interrupt_on_second_model(cfg, name, *args):
         calls.append(name)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real_obtain(cfg, name, seed, splits)
+        return real_obtain(cfg, name, *args)
 
     monkeypatch.setattr(runner_module, "obtain_model", interrupt_on_second_model)
     result = CliRunner().invoke(app, args)

@@ -17,5 +17,9 @@ class AccuracySuite(Suite):
     )
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
-        acc = 100.0 * accuracy(ctx.model, ctx.splits.test_x, ctx.splits.test_y, batch_size=ctx.batch_size, device=ctx.device)
+        split = ctx.splits
+        acc = 100.0 * accuracy(
+            ctx.model, split.test_x, split.test_y, batch_size=ctx.batch_size, device=ctx.device,
+            transform=ctx.protocol.eval_inputs,
+        )
         return [{"metric": "test_accuracy", "value": acc}, {"metric": "test_error", "value": 100.0 - acc}]

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from capsbench.data import Splits
 from capsbench.models import Classifier
+from capsbench.protocols import TrainingProtocol
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")  # what MLflow accepts in a metric name
 
@@ -37,6 +38,7 @@ class Context:
     device: str
     batch_size: int
     seed: int
+    protocol: TrainingProtocol
 
 
 @dataclass
@@ -52,6 +54,10 @@ class Suite:
     metrics: ClassVar[tuple[Metric, ...]]
     sweep_columns: ClassVar[tuple[str, ...]] = ()  # record columns such as eps or angle
     Params: ClassVar[type] = NoParams
+
+    def protocol(self, cfg: Any) -> TrainingProtocol:
+        """How this suite's models are trained; the default is Sabour's shifted-MNIST protocol."""
+        return TrainingProtocol(max_shift=cfg.data.max_shift)
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         """Records {"metric": name, "value": float, <sweep column>: value, ...} for one model."""
