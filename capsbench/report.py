@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from capsbench.atomic import write_text
+from capsbench.plots import save_figure, sweep_figure
 from capsbench.suites import Suite
 
 RECORD_COLUMNS = ["suite", "model", "dataset", "seed", "metric", "value"]
@@ -147,4 +148,7 @@ def write_outputs(out_dir: Path, records: list[dict[str, Any]], suite: type[Suit
     for name, text in texts.items():
         paths[name] = out_dir / name
         write_text(paths[name], text)
+    for spec in suite.plots:
+        for path in save_figure(sweep_figure(frame, spec), out_dir / spec.name):
+            paths[path.name] = path
     return paths

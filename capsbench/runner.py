@@ -14,6 +14,7 @@ from capsbench import report
 from capsbench.atomic import write_text
 from capsbench.config import to_dict, to_yaml
 from capsbench.data import Splits, load_splits
+from capsbench.plots import save_figure
 from capsbench.suites import SUITES, Context
 from capsbench.tracking import Tracker, environment_tags, flatten
 from capsbench.training import obtain_model
@@ -53,6 +54,7 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
     tracker = make_tracker(cfg)
     tags = {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget}
     protocol = suite.protocol(cfg)
+    out_dir = Path(cfg.output_dir) / cfg.suite
     records: list[dict[str, Any]] = []
     with tracker.parent(f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags, to_yaml(cfg)):
         for model_name in cfg.models:
@@ -77,7 +79,12 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
                     child.log_metrics({"best_val_accuracy": 100.0 * trained.meta["best_val_accuracy"]})
                     child.log_records(rows, suite_cls.sweep_columns)
                     records += rows
-        out_dir = Path(cfg.output_dir) / cfg.suite
+                    figure_paths = [
+                        path
+                        for name, fig in suite.figures(ctx).items()
+                        for path in save_figure(fig, out_dir / "figures" / f"{name}-{model_name}-s{seed}")
+                    ]
+                    child.log_artifacts(figure_paths)
         paths = report.write_outputs(out_dir, records, suite_cls)
         config_path = out_dir / "config.yaml"
         write_text(config_path, to_yaml(cfg))

@@ -134,6 +134,14 @@ class ChildRun:
             if any(steps):
                 mlflow.log_param(f"steps.{metric}", _param("; ".join(f"{i}: {s}" for i, s in enumerate(steps))))
 
+    def log_artifacts(self, paths: list[Path]) -> None:
+        if self.run_id is None:
+            return
+        import mlflow
+
+        for path in paths:
+            mlflow.log_artifact(str(path), artifact_path="figures")
+
     def log_params(self, params: dict[str, Any]) -> None:
         if self.run_id is None:
             return

@@ -58,3 +58,20 @@ def test_single_seed_has_no_spread(tmp_path):
     assert set(paths) == {"records.csv", "table.md", "table.tex", "table.csv"}
     assert not list(tmp_path.glob(".*.tmp"))
     assert math.isclose(float(paths["records.csv"].read_text().splitlines()[1].split(",")[-1]), 99.0)
+
+
+def test_sweep_plots_are_written_as_png_and_pdf(tmp_path):
+    from capsbench.plots import SweepPlot
+
+    class SweepSuite(AccuracySuite):
+        sweep_columns = ("eps",)
+        plots = (SweepPlot("acc_vs_eps", "test_accuracy", "eps"),)
+
+    rows = [
+        {"suite": "s", "model": m, "dataset": "mnist", "seed": s, "metric": "test_accuracy", "eps": e, "value": 90 - 100 * e + s}
+        for m in ("a", "b") for s in (0, 1) for e in (0.0, 0.1, 0.2)
+    ]
+    paths = write_outputs(tmp_path, rows, SweepSuite)
+    assert paths["acc_vs_eps.png"].read_bytes()[:4] == b"\x89PNG"
+    assert paths["acc_vs_eps.pdf"].read_bytes()[:4] == b"%PDF"
+    assert "test_accuracy (eps=0.1)" in paths["table.md"].read_text()

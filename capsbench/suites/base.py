@@ -6,8 +6,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from matplotlib.figure import Figure
+
 from capsbench.data import Splits
 from capsbench.models import Classifier
+from capsbench.plots import SweepPlot
 from capsbench.protocols import TrainingProtocol
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")  # what MLflow accepts in a metric name
@@ -53,6 +56,7 @@ class Suite:
     description: ClassVar[str]
     metrics: ClassVar[tuple[Metric, ...]]
     sweep_columns: ClassVar[tuple[str, ...]] = ()  # record columns such as eps or angle
+    plots: ClassVar[tuple[SweepPlot, ...]] = ()  # drawn from the records by the report layer
     Params: ClassVar[type] = NoParams
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
@@ -62,6 +66,10 @@ class Suite:
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         """Records {"metric": name, "value": float, <sweep column>: value, ...} for one model."""
         raise NotImplementedError
+
+    def figures(self, ctx: Context) -> dict[str, Figure]:
+        """Per-model figures that records cannot express (e.g. example images); written by the runner."""
+        return {}
 
     @classmethod
     def metric(cls, name: str) -> Metric:
