@@ -164,6 +164,8 @@ def compose(overrides: list[str], *, require_suite: bool = True) -> DictConfig:
     cfg = _merge(cfg, cli_layer, "the command line")
     _resolve_defaults(cfg)
     _validate(cfg)
+    if suite:
+        suite().validate(cfg)
     return cfg
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,12 +99,12 @@ def _seeds_note(table: Table) -> str:
     return "n = " + "/".join(str(n) for n in ns) + " seed(s); mean ± sample std where n > 1; best per column in bold"
 
 
-def to_markdown(table: Table) -> str:
+def to_markdown(table: Table, notes: Sequence[str] = ()) -> str:
     header = ["model", *[f"{c} [{table.units[c]}]" for c in table.columns]]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(table.columns)) + "|"]
     for row, cells in zip(table.index, _cells(table, " ± ", ("**", "**"))):
         lines.append("| " + " | ".join([row, *cells]) + " |")
-    return "\n".join(lines) + f"\n\n{_seeds_note(table)}\n"
+    return "\n".join(lines) + f"\n\n{_seeds_note(table)}\n" + "".join(f"\n- {n}\n" for n in notes)
 
 
 def _tex(s: str) -> str:
@@ -112,7 +113,7 @@ def _tex(s: str) -> str:
     return s
 
 
-def to_latex(table: Table) -> str:
+def to_latex(table: Table, notes: Sequence[str] = ()) -> str:
     cols = "l" + "r" * len(table.columns)
     header = " & ".join(["model", *[f"{_tex(c)} [{_tex(table.units[c])}]" for c in table.columns]])
     body = [
@@ -121,7 +122,8 @@ def to_latex(table: Table) -> str:
     ]
     return "\n".join([
         r"% requires \usepackage{booktabs}; " + _seeds_note(table),
-        rf"\begin{{tabular}}{{{cols}}}", r"\toprule", header + r" \\", r"\midrule", *body, r"\bottomrule", r"\end{tabular}", "",
+        rf"\begin{{tabular}}{{{cols}}}", r"\toprule", header + r" \\", r"\midrule", *body, r"\bottomrule", r"\end{tabular}",
+        *[rf"\par{{\footnotesize {_tex(n)}}}" for n in notes], "",
     ])
 
 
@@ -134,14 +136,19 @@ def to_csv(table: Table) -> str:
     return buf.getvalue()
 
 
-def write_outputs(out_dir: Path, records: list[dict[str, Any]], suite: type[Suite]) -> dict[str, Path]:
-    """records.csv, table.md, table.tex and table.csv under out_dir; returns their paths by name."""
+def write_outputs(
+    out_dir: Path, records: list[dict[str, Any]], suite: type[Suite], *, notes: Sequence[str] = ()
+) -> dict[str, Path]:
+    """records.csv, table.md, table.tex and table.csv under out_dir; returns their paths by name.
+
+    The tables show the suite's `table_metrics` (all metrics when None) with `notes` as footnotes."""
     frame = records_frame(records, suite)
-    table = comparison_table(aggregate(frame, suite), suite)
+    shown = frame if suite.table_metrics is None else frame[frame["metric"].isin(suite.table_metrics)]
+    table = comparison_table(aggregate(shown, suite), suite)
     texts = {
         "records.csv": frame.to_csv(index=False),
-        "table.md": to_markdown(table),
-        "table.tex": to_latex(table),
+        "table.md": to_markdown(table, notes),
+        "table.tex": to_latex(table, notes),
         "table.csv": to_csv(table),
     }
     paths = {}

@@ -85,7 +85,7 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
                         for path in save_figure(fig, out_dir / "figures" / f"{name}-{model_name}-s{seed}")
                     ]
                     child.log_artifacts(figure_paths)
-        paths = report.write_outputs(out_dir, records, suite_cls)
+        paths = report.write_outputs(out_dir, records, suite_cls, notes=suite.notes(records, cfg.params))
         config_path = out_dir / "config.yaml"
         write_text(config_path, to_yaml(cfg))
         tracker.log_artifacts([*paths.values(), config_path])

@@ -57,7 +57,11 @@ class Suite:
     metrics: ClassVar[tuple[Metric, ...]]
     sweep_columns: ClassVar[tuple[str, ...]] = ()  # record columns such as eps or angle
     plots: ClassVar[tuple[SweepPlot, ...]] = ()  # drawn from the records by the report layer
+    table_metrics: ClassVar[tuple[str, ...] | None] = None  # metrics shown in the table; None = all
     Params: ClassVar[type] = NoParams
+
+    def validate(self, cfg: Any) -> None:
+        """Raise a CapsbenchError when the composed config cannot work for this suite (runs before any training)."""
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
         """How this suite's models are trained; the default is Sabour's shifted-MNIST protocol."""
@@ -70,6 +74,10 @@ class Suite:
     def figures(self, ctx: Context) -> dict[str, Figure]:
         """Per-model figures that records cannot express (e.g. example images); written by the runner."""
         return {}
+
+    def notes(self, records: list[dict[str, Any]], params: Any) -> list[str]:
+        """Footnotes printed under the tables (e.g. sanity checks that fired), from all records of the run."""
+        return []
 
     @classmethod
     def metric(cls, name: str) -> Metric:
