@@ -1,0 +1,73 @@
+"""Gradient-masking sanity checks on one (model, dataset, seed)'s robustness records (Carlini et al.,
+"On Evaluating Adversarial Robustness", arXiv:1902.06705): each returns whether it fired and why."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from capsbench.attacks import BLACK_BOX, WHITE_BOX
+
+CHECKS = {
+    "eps0_equals_clean": "accuracy at eps=0 equals clean accuracy exactly",
+    "pgd_not_weaker_than_fgsm": "PGD (CE and margin) never more accurate than FGSM at the same eps",
+    "monotone_in_eps": "accuracy never increases with eps",
+    "blackbox_not_stronger": "the black-box attack never beats the strongest white-box attack",
+    "near_zero_at_max_eps": "the strongest white-box attack reaches near-zero accuracy at the largest eps",
+}
+
+
+@dataclass(frozen=True)
+class Flag:
+    check: str
+    fired: bool
+    detail: str
+
+
+def _curves(records: list[dict[str, Any]]) -> dict[str, dict[float, float]]:
+    curves: dict[str, dict[float, float]] = defaultdict(dict)
+    for r in records:
+        if r["metric"] == "robust_accuracy":
+            curves[r["attack"]][float(r["eps"])] = float(r["value"])
+    return curves
+
+
+def _flag(check: str, problems: list[str]) -> Flag:
+    return Flag(check, bool(problems), "; ".join(problems) if problems else "ok")
+
+
+def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Flag]:
+    """Every check that applies to these records (accuracies in %); `near_zero` is the threshold in %."""
+    (clean,) = [float(r["value"]) for r in records if r["metric"] == "clean_accuracy"]
+    curves = _curves(records)
+    white = {a: c for a, c in curves.items() if a in WHITE_BOX}
+    flags = [_flag("eps0_equals_clean", [
+        f"{a} {c[0.0]:.2f} % at eps=0 vs clean {clean:.2f} %" for a, c in curves.items() if 0.0 in c and c[0.0] != clean
+    ])]
+    if "fgsm" in curves and {"pgd", "pgd_margin"} & set(curves):
+        fgsm = curves["fgsm"]
+        flags.append(_flag("pgd_not_weaker_than_fgsm", [
+            f"{a} {c[e]:.2f} % > fgsm {fgsm[e]:.2f} % at eps={e:g}"
+            for a, c in curves.items() if a in ("pgd", "pgd_margin") for e in sorted(c) if e in fgsm and c[e] > fgsm[e]
+        ]))
+    flags.append(_flag("monotone_in_eps", [
+        f"{a} rises from {c[lo]:.2f} % at eps={lo:g} to {c[hi]:.2f} % at eps={hi:g}"
+        for a, c in curves.items() for lo, hi in zip(sorted(c), sorted(c)[1:]) if c[hi] > c[lo]
+    ]))
+    for b in (b for b in BLACK_BOX if b in curves):
+        problems = []
+        for e, acc in sorted(curves[b].items()):
+            rivals = {a: c[e] for a, c in white.items() if e in c}
+            if rivals and acc < min(rivals.values()):
+                best = min(rivals, key=rivals.get)
+                problems.append(f"{b} {acc:.2f} % < {best} {rivals[best]:.2f} % at eps={e:g}")
+        flags.append(_flag("blackbox_not_stronger", problems))
+    if white:
+        top = max(max(c) for c in white.values())
+        at_top = {a: c[top] for a, c in white.items() if top in c}
+        best = min(at_top, key=at_top.get)
+        flags.append(_flag("near_zero_at_max_eps", [
+            f"strongest white-box attack ({best}) leaves {at_top[best]:.2f} % at eps={top:g} (> {near_zero:g} %)"
+        ] if at_top[best] > near_zero else []))
+    return flags
