@@ -47,6 +47,9 @@ def _grid(params: Any, dataset: str) -> tuple[list[float], float | None]:
 
 
 class RobustnessSuite(Suite):
+    """Robust accuracy per (attack, eps) on the test split; an image counts only if it is classified correctly
+    both clean and attacked. The attacked decision is the classifier's argmax over its class scores."""
+
     name = "robustness"
     description = "robust accuracy under L-inf FGSM / PGD (CE, margin) / Square over an eps grid, with masking checks"
     metrics = (
