@@ -10,7 +10,7 @@ from capsbench.errors import CapsbenchError
 
 def test_precedence_defaults_budget_suite_cli(tmp_path):
     quick = compose(["suite=accuracy", f"output_dir={tmp_path}"])
-    assert quick.budget == "quick" and quick.train.epochs == 3  # budget file beats the dataclass default (10)
+    assert quick.budget == "quick" and quick.train.epochs == 4  # budget file beats the dataclass default (10)
     assert quick.model_args.capsnet.conv_channels == 32
     cli = compose(["suite=accuracy", "budget=smoke", "train.epochs=7", "seeds=[3,4]", f"output_dir={tmp_path}"])
     assert cli.train.epochs == 7 and list(cli.seeds) == [3, 4]
