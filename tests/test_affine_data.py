@@ -9,8 +9,7 @@ from scipy.io import savemat
 
 from capsbench.data.affnist import affnist_test_files, load_affnist_test
 from capsbench.data.affnist_style import AffineRanges, cached_affnist_style, content_hash, generate
-from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
-from capsbench.data.warp import affine_matrix, warp
+from capsbench.data.canvas import affine_matrix, centre_on_canvas, random_place_on_canvas, warp
 from capsbench.errors import CapsbenchError
 
 

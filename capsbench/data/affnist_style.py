@@ -1,10 +1,5 @@
-"""A generated affNIST-style test set: MNIST test digits under random affine transforms in affNIST's ranges.
-
-Used when the real affNIST files are absent. Ranges from the affNIST page (Tieleman,
-https://www.cs.toronto.edu/~tijmen/affNIST/): rotation up to 20 degrees either way, shear up to 0.2 either way,
-horizontal and vertical scale independently in [0.8, 1.2], then a random placement on the 40x40 canvas such that no
-ink is cut off. Parameters come from numpy's PCG64 with a fixed seed; warps are float64 elementwise ops, so the
-content hash is the same on every machine.
+"""A generated affNIST-style test set (MNIST test digits under random affine transforms in affNIST's ranges),
+deterministic across machines and cached on disk; used when the real affNIST files are absent.
 """
 
 from __future__ import annotations
@@ -19,8 +14,7 @@ import numpy as np
 import torch
 
 from capsbench.checkpoints import atomic_save, content_key
-from capsbench.data.canvas import centre_on_canvas
-from capsbench.data.warp import affine_matrix, warp
+from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +44,6 @@ class AffineSet:
     sha256: str
 
 
-PARAM_COLUMNS = ("rotation_deg", "shear", "scale_x", "scale_y", "shift_x", "shift_y")
-
-
 def content_hash(images: torch.Tensor, labels: torch.Tensor) -> str:
     """sha256 over the raw uint8 image bytes and int64 label bytes."""
     h = hashlib.sha256(images.contiguous().numpy().tobytes())
@@ -66,7 +57,13 @@ def _shift_range(lo: float, hi: float, reach: float, canvas: int) -> tuple[int, 
 
 
 def generate(images: torch.Tensor, labels: torch.Tensor, ranges: AffineRanges) -> AffineSet:
-    """Transform (N, 1, h, h) uint8 digits once each; deterministic given the inputs and `ranges`."""
+    """Transform (N, 1, h, h) uint8 digits once each into (N, 1, canvas, canvas); deterministic given inputs and ranges.
+
+    Ranges from the affNIST page (Tieleman, https://www.cs.toronto.edu/~tijmen/affNIST/): rotation up to 20 degrees
+    either way, shear up to 0.2 either way, horizontal and vertical scale independently in [0.8, 1.2], each uniform;
+    then a uniform random integer placement on the 40x40 canvas among those that cut no ink off. Parameters come from
+    numpy's PCG64 (platform-independent) and are rounded before use; the warp is float64 elementwise arithmetic.
+    """
     rng = np.random.Generator(np.random.PCG64(ranges.seed))
     n, size = len(images), ranges.canvas
     draws = rng.random((n, 6))  # (N, 6) uniforms in [0, 1): rotation, shear, scale_x, scale_y, shift_x, shift_y
@@ -99,7 +96,7 @@ def generate(images: torch.Tensor, labels: torch.Tensor, ranges: AffineRanges) -
         log.warning("affNIST-style set: %d axis placement(s) could not keep all ink on the canvas", squeezed)
     out = torch.cat([warp(canvas[i : i + 1000], matrices[i : i + 1000], shifts[i : i + 1000]) for i in range(0, n, 1000)])
     params = torch.from_numpy(np.stack([rot, shear, scales[:, 0], scales[:, 1]], axis=1))
-    params = torch.cat([params, shifts], dim=1)  # (N, 6) in PARAM_COLUMNS order
+    params = torch.cat([params, shifts], dim=1)  # (N, 6): rotation_deg, shear, scale_x, scale_y, shift_x, shift_y
     return AffineSet(out, labels.clone(), params, content_hash(out, labels))
 
 

@@ -12,8 +12,7 @@ import torch
 from capsbench.data import Splits
 from capsbench.data.affnist import load_affnist_test
 from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
-from capsbench.data.canvas import centre_on_canvas
-from capsbench.data.warp import affine_matrix, warp
+from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.errors import CapsbenchError
 from capsbench.evaluation import accuracy
 from capsbench.plots import SweepPlot
