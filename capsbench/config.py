@@ -37,6 +37,7 @@ class TrainConfig:
     lr: float = 1e-3  # Adam
     lr_decay: float = 0.96  # exponential decay factor applied after every epoch
     eval_batch_size: int = 500
+    target_val_accuracy: float | None = None  # %: stop after the first epoch whose validation accuracy reaches it
 
 
 @dataclass
@@ -189,6 +190,9 @@ def _validate(cfg: DictConfig) -> None:
 
     if not cfg.seeds:
         raise CapsbenchError("seeds is empty: give at least one, for example seeds=[0]")
+    target = cfg.train.target_val_accuracy
+    if target is not None and not 0.0 < target <= 100.0:
+        raise CapsbenchError(f"train.target_val_accuracy is a percentage in (0, 100], got {target}; e.g. 99.0, or null to train all epochs")
     if not cfg.models:
         raise CapsbenchError("models is empty: give at least one, for example models=[capsnet]")
     for name in cfg.models:

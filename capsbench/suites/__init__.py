@@ -2,10 +2,11 @@
 
 from capsbench.registry import Registry
 from capsbench.suites.accuracy import AccuracySuite
+from capsbench.suites.affine import AffineSuite
 from capsbench.suites.base import Context, Metric, Suite
 
 SUITES: Registry[type[Suite]] = Registry("suite")
-for _suite in (AccuracySuite,):
+for _suite in (AccuracySuite, AffineSuite):
     SUITES.register(_suite.name)(_suite)
 
 __all__ = ["SUITES", "Context", "Metric", "Suite"]
