@@ -75,3 +75,20 @@ def test_latex_table_compiles_with_booktabs(built, tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:]
     assert (tmp_path / "doc.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_summary_embeds_plots_and_flags_short_budgets(tmp_path):
+    from datetime import datetime, timezone
+
+    from capsbench.collect import Invocation
+    from capsbench.config import compose_report
+    from capsbench.summary import SuiteReport, summary_markdown
+
+    root = tmp_path / "report"
+    inv = Invocation("r1", datetime(2026, 11, 21, tzinfo=timezone.utc), "accuracy", "quick", "0.1.0", {"dataset": "mnist", "seeds": "[0, 1]"})
+    paths = {name: root / "accuracy" / name for name in ("table.md", "acc_vs_eps.png", "acc_vs_eps.pdf")}
+    rep = SuiteReport("accuracy", [inv], {"capsnet": [0, 1]}, paths, "| model |\n")
+    text = summary_markdown([rep], compose_report([f"output_dir={tmp_path}", "budget=quick"]), root)
+    assert "![acc_vs_eps](accuracy/acc_vs_eps.png)" in text and "[acc_vs_eps.pdf](accuracy/acc_vs_eps.pdf)" in text
+    assert "filters: budget=quick" in text and "Budget `quick` narrows the models" in text
+    assert "Seeds in the table: capsnet [0, 1]." in text
