@@ -13,8 +13,9 @@ from capsbench.errors import CapsbenchError
 log = logging.getLogger(__name__)
 
 # Parent-run params that say where or how a run happened, not what it measured: they may differ between
-# invocations whose numbers are combined. Everything else (train.*, data.*, params.*, ...) must agree.
-NEUTRAL_PARAMS = ("seeds", "models", "output_dir", "cache_dir", "retrain", "device", "data.root", "data.download")
+# invocations whose numbers are combined (datasets become separate rows). Everything else (train.*, data.*,
+# params.*, ...) must agree.
+NEUTRAL_PARAMS = ("dataset", "seeds", "models", "output_dir", "cache_dir", "retrain", "device", "data.root", "data.download")
 NEUTRAL_PREFIXES = ("tracking.", "model_args.")  # model_args: compared per model from the nested runs instead
 
 
@@ -86,16 +87,23 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             )
     first = invocations[0]
     for inv in invocations[1:]:
-        diff = sorted(k for k in set(_protocol(first)) | set(_protocol(inv)) if _protocol(first).get(k) != _protocol(inv).get(k))
-        for model in sorted(set(first.model_args) & set(inv.model_args) & set(models or inv.model_args)):
-            a, b = first.model_args[model], inv.model_args[model]
+        a, b = _protocol(first), _protocol(inv)
+        _refuse(first, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+        ref = next(i for i in invocations if i.dataset == inv.dataset)  # model args depend on the dataset
+        diff = []
+        for model in sorted(set(ref.model_args) & set(inv.model_args) & set(models or inv.model_args)):
+            a, b = ref.model_args[model], inv.model_args[model]
             diff += sorted(f"model_args.{model}.{k}" for k in set(a) | set(b) if a.get(k) != b.get(k))
-        if diff:
-            raise CapsbenchError(
-                f"suite {first.suite!r}: runs {first.run_id} and {inv.run_id} measured under different settings "
-                f"({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); their numbers cannot share a table: "
-                "narrow the selection with since=/until=, models= or dataset="
-            )
+        _refuse(ref, inv, diff)
+
+
+def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:
+    if diff:
+        raise CapsbenchError(
+            f"suite {a.suite!r}: runs {a.run_id} and {b.run_id} measured under different settings "
+            f"({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); their numbers cannot share a table: "
+            "narrow the selection with since=/until=, models= or dataset="
+        )
 
 
 def _protocol(inv: Invocation) -> dict[str, str]:

@@ -68,3 +68,13 @@ def test_two_invocations_aggregate_over_distinct_seeds():
     assert agg.at["cnn_9x9", "n"] == 3 and agg.at["cnn_9x9", "mean"] == pytest.approx(96.0)
     only = combine(select(runs, Selection()), {"a": first, "b": second}, ("cnn_9x9",))
     assert set(only["model"]) == {"cnn_9x9"}
+
+
+def test_datasets_become_rows_and_model_args_compare_within_a_dataset():
+    fashion = {"capsnet": {"routing_iterations": "3", "in_channels": "1", "image_size": "28"}}
+    check_comparable([inv("a", 1), inv("b", 2, params={"dataset": "fashion_mnist"}, model_args=fashion),
+                      inv("c", 3, params={"dataset": "fashion_mnist"}, model_args=fashion)])
+    changed = {"capsnet": {**fashion["capsnet"], "routing_iterations": "1"}}
+    with pytest.raises(CapsbenchError, match=r"runs b and c .*model_args.capsnet.routing_iterations"):
+        check_comparable([inv("a", 1), inv("b", 2, params={"dataset": "fashion_mnist"}, model_args=fashion),
+                          inv("c", 3, params={"dataset": "fashion_mnist"}, model_args=changed)])
