@@ -65,6 +65,22 @@ class RunConfig:
     params: Any = None  # the suite's own parameters (its Params dataclass)
 
 
+@dataclass
+class ReportConfig:
+    """`capsbench report` settings: which tracked runs to tabulate and where to write the tables."""
+
+    suite: str | None = None  # default: every suite that has runs
+    models: list[str] | None = None
+    dataset: str | None = None
+    budget: str | None = None  # required when the selected runs span several budgets
+    version: str | None = None  # capsbench version; required when the runs span several
+    since: str | None = None  # ISO date or date-time (UTC unless an offset is given), on the run's start
+    until: str | None = None
+    output_dir: str = "results"  # tables go to <output_dir>/report/
+    baselines_dir: str | None = None  # default: the shipped baselines/
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
 def config_dir() -> Path:
     """The directory holding `suites/` and `budgets/`: the repository root, or the installed wheel's copy."""
     repo = Path(__file__).resolve().parent.parent
@@ -165,6 +181,20 @@ def compose(overrides: list[str], *, require_suite: bool = True) -> DictConfig:
     cfg = _merge(cfg, cli_layer, "the command line")
     _resolve_defaults(cfg)
     _validate(cfg)
+    return cfg
+
+
+def compose_report(overrides: list[str]) -> DictConfig:
+    """The validated `capsbench report` config: ReportConfig defaults < command-line key=value overrides."""
+    raw = parse_overrides(overrides)
+    cli_layer = OmegaConf.to_container(OmegaConf.from_dotlist([f"{k}={v}" for k, v in raw.items()]))
+    cfg = _merge(OmegaConf.structured(ReportConfig), cli_layer, "the command line")
+    if cfg.budget is not None and cfg.budget not in BUDGETS:
+        raise CapsbenchError(f"unknown budget {cfg.budget!r}: {close_matches(cfg.budget, list(BUDGETS))}")
+    out = Path(cfg.output_dir).expanduser().resolve()
+    cfg.output_dir = str(out)
+    if cfg.tracking.uri is None:
+        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
     return cfg
 
 
