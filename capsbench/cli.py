@@ -19,6 +19,7 @@ app = typer.Typer(
     "Examples:\n\n"
     "  capsbench run suite=accuracy\n\n"
     "  capsbench run suite=accuracy budget=smoke seeds=[0,1]\n\n"
+    "  capsbench report\n\n"
     "  capsbench list models",
 )
 
@@ -77,6 +78,27 @@ def train(overrides: Overrides = None) -> None:
     source = "cache" if trained.cached else "trained"
     typer.echo(f"{raw['model']} ({source}): best epoch {trained.meta['best_epoch']}, "
                f"validation accuracy {100 * trained.meta['best_val_accuracy']:.2f} %\ncheckpoint: {trained.path}")
+
+
+@app.command(help="Tables across every finished tracked run (all seeds and invocations), published numbers beside "
+             "measured ones, plots, and a summary.md, under <output_dir>/report/.\n\n"
+             "Examples:\n\n  capsbench report\n\n  capsbench report suite=accuracy budget=quick\n\n"
+             "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
+             "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir. "
+             "Runs of different budgets or capsbench versions are never mixed.")
+def report(overrides: Overrides = None) -> None:
+    from capsbench.config import compose_report
+    from capsbench.summary import build_report
+
+    try:
+        cfg = compose_report(list(overrides or []))
+        _setup_logging()
+        result = build_report(cfg)
+    except CapsbenchError as exc:
+        _fail(str(exc))
+    for rep in result.suites:
+        typer.echo(f"## {rep.suite}\n\n{rep.markdown}")
+    typer.echo(f"summary: {result.summary}")
 
 
 @app.command(name="list", help="List registered models, datasets or suites.\n\nExample: capsbench list models")

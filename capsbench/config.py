@@ -37,6 +37,7 @@ class TrainConfig:
     lr: float = 1e-3  # Adam
     lr_decay: float = 0.96  # exponential decay factor applied after every epoch
     eval_batch_size: int = 500
+    target_val_accuracy: float | None = None  # %: stop after the first epoch whose validation accuracy reaches it
 
 
 @dataclass
@@ -62,6 +63,22 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     model_args: dict[str, Any] = field(default_factory=dict)  # per model name: constructor overrides
     params: Any = None  # the suite's own parameters (its Params dataclass)
+
+
+@dataclass
+class ReportConfig:
+    """`capsbench report` settings: which tracked runs to tabulate and where to write the tables."""
+
+    suite: str | None = None  # default: every suite that has runs
+    models: list[str] | None = None
+    dataset: str | None = None
+    budget: str | None = None  # required when the selected runs span several budgets
+    version: str | None = None  # capsbench version; required when the runs span several
+    since: str | None = None  # ISO date or date-time (UTC unless an offset is given), on the run's start
+    until: str | None = None
+    output_dir: str = "results"  # tables go to <output_dir>/report/
+    baselines_dir: str | None = None  # default: the shipped baselines/
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 def config_dir() -> Path:
@@ -169,6 +186,20 @@ def compose(overrides: list[str], *, require_suite: bool = True) -> DictConfig:
     return cfg
 
 
+def compose_report(overrides: list[str]) -> DictConfig:
+    """The validated `capsbench report` config: ReportConfig defaults < command-line key=value overrides."""
+    raw = parse_overrides(overrides)
+    cli_layer = OmegaConf.to_container(OmegaConf.from_dotlist([f"{k}={v}" for k, v in raw.items()]))
+    cfg = _merge(OmegaConf.structured(ReportConfig), cli_layer, "the command line")
+    if cfg.budget is not None and cfg.budget not in BUDGETS:
+        raise CapsbenchError(f"unknown budget {cfg.budget!r}: {close_matches(cfg.budget, list(BUDGETS))}")
+    out = Path(cfg.output_dir).expanduser().resolve()
+    cfg.output_dir = str(out)
+    if cfg.tracking.uri is None:
+        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
+    return cfg
+
+
 def _resolve_defaults(cfg: DictConfig) -> None:
     out = Path(cfg.output_dir).expanduser().resolve()
     cfg.output_dir = str(out)
@@ -191,6 +222,9 @@ def _validate(cfg: DictConfig) -> None:
 
     if not cfg.seeds:
         raise CapsbenchError("seeds is empty: give at least one, for example seeds=[0]")
+    target = cfg.train.target_val_accuracy
+    if target is not None and not 0.0 < target <= 100.0:
+        raise CapsbenchError(f"train.target_val_accuracy is a percentage in (0, 100], got {target}; e.g. 99.0, or null to train all epochs")
     if not cfg.models:
         raise CapsbenchError("models is empty: give at least one, for example models=[capsnet]")
     for name in cfg.models:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from capsbench.data import random_shift
+from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
 
 
 @dataclass
@@ -43,3 +44,29 @@ class TrainingProtocol:
 
     def identity(self) -> dict[str, Any]:
         return {"protocol": self.name, "max_shift": self.max_shift}
+
+
+class CanvasProtocol(TrainingProtocol):
+    """Sabour et al.'s expanded MNIST for affNIST ("Dynamic Routing Between Capsules", arXiv:1710.09829, sec. 5.2).
+
+    Training digits are placed at a uniform random integer offset on a black `canvas` x `canvas` background
+    (no other augmentation); validation and test digits are centred on it. Shapes: (B, C, h, h) -> (B, C, canvas, canvas).
+    """
+
+    name = "canvas"
+
+    def __init__(self, *, canvas: int = 40) -> None:
+        super().__init__(max_shift=0)
+        self.canvas = canvas
+
+    def input_size(self, image_size: int) -> int:
+        return self.canvas
+
+    def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
+        return Batch(random_place_on_canvas(images, self.canvas, gen), labels)
+
+    def eval_inputs(self, images: torch.Tensor) -> torch.Tensor:
+        return centre_on_canvas(images, self.canvas)
+
+    def identity(self) -> dict[str, Any]:
+        return {"protocol": self.name, "canvas": self.canvas}

@@ -1,11 +1,11 @@
-"""Tables from tidy records: mean ± std over seeds, best per column in bold by each metric's direction."""
+"""Tables from tidy records: mean ± std over seeds, best per column in bold, published numbers beside measured ones."""
 
 from __future__ import annotations
 
 import io
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,15 @@ def aggregate(frame: pd.DataFrame, suite: type[Suite]) -> pd.DataFrame:
     return grouped.agg(mean="mean", std="std", n="count").reset_index()
 
 
+@dataclass(frozen=True)
+class ReportedCell:
+    """A published number placed beside a measured cell; `ref` numbers its footnote (1-based)."""
+
+    value: float
+    std: float | None
+    ref: int
+
+
 @dataclass
 class Table:
     """A comparison table: one row per model (and dataset), one column per metric and sweep value."""
@@ -45,13 +54,21 @@ class Table:
     n: pd.DataFrame
     units: dict[str, str]
     best: dict[str, Any]  # column -> row label of the best mean
+    reported: dict[tuple[str, str], ReportedCell] = field(default_factory=dict)  # (row, column) -> published
+    footnotes: list[str] = field(default_factory=list)  # footnote text of ref i at index i - 1
+
+    @property
+    def reported_columns(self) -> set[str]:
+        return {col for _, col in self.reported}
 
 
-def comparison_table(agg: pd.DataFrame, suite: type[Suite]) -> Table:
+def comparison_table(agg: pd.DataFrame, suite: type[Suite], reported: list[dict[str, Any]] | None = None) -> Table:
+    """Pivot aggregated records; `reported` rows ({model, dataset, metric, <sweep>, value, std, footnote})
+    become published cells where the measured table has the same row and column."""
     agg = agg.copy()
     agg["column"] = agg.apply(lambda r: _column_label(r, suite), axis=1)
-    datasets = agg["dataset"].unique()
-    agg["row"] = agg["model"] if len(datasets) == 1 else agg["model"] + " / " + agg["dataset"]
+    datasets = list(agg["dataset"].unique())
+    agg["row"] = _row_labels(agg, datasets)
     rows = list(dict.fromkeys(agg["row"]))
     columns = list(dict.fromkeys(agg["column"]))
     pivot = {s: agg.pivot(index="row", columns="column", values=s).reindex(index=rows, columns=columns) for s in ("mean", "std", "n")}
@@ -61,7 +78,30 @@ def comparison_table(agg: pd.DataFrame, suite: type[Suite]) -> Table:
         values = pivot["mean"][col].dropna()
         if len(values) > 1:
             best[col] = values.idxmax() if suite.metric(metric).higher_is_better else values.idxmin()
-    return Table(rows, columns, pivot["mean"], pivot["std"], pivot["n"], units, best)
+    table = Table(rows, columns, pivot["mean"], pivot["std"], pivot["n"], units, best)
+    _place_reported(table, reported or [], suite, datasets)
+    return table
+
+
+def _row_labels(frame: pd.DataFrame, datasets: list[str]) -> pd.Series:
+    return frame["model"] if len(datasets) == 1 else frame["model"] + " / " + frame["dataset"]
+
+
+def _place_reported(table: Table, reported: list[dict[str, Any]], suite: type[Suite], datasets: list[str]) -> None:
+    if not reported:
+        return
+    frame = records_frame([{**r, "suite": suite.name, "seed": pd.NA} for r in reported], suite)
+    frame["row"] = _row_labels(frame[frame["dataset"].isin(datasets)], datasets)
+    placed = []
+    for rec, row in zip(reported, frame["row"]):
+        col = _column_label(pd.Series({**{c: pd.NA for c in suite.sweep_columns}, **rec}), suite)
+        if not pd.isna(row) and row in table.index and col in table.columns:
+            placed.append((table.index.index(row), table.columns.index(col), rec))
+    for i, j, rec in sorted(placed, key=lambda p: p[:2]):  # footnotes numbered in reading order
+        if rec["footnote"] not in table.footnotes:
+            table.footnotes.append(rec["footnote"])
+        ref = table.footnotes.index(rec["footnote"]) + 1
+        table.reported[(table.index[i], table.columns[j])] = ReportedCell(rec["value"], rec.get("std"), ref)
 
 
 def _column_label(row: pd.Series, suite: type[Suite]) -> str:
@@ -73,22 +113,66 @@ def _fmt_param(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _cell(mean: float, std: float, n: float, unit: str, plus_minus: str) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+def format_value(mean: float, std: float | None, unit: str) -> tuple[str, str | None]:
+    """Mean and std as text with sensible digits: a positive std to two significant digits and the mean to
+    the same decimal place; otherwise % to two decimals, large integers in full, anything else to 4 digits."""
+    if std is not None and math.isfinite(std) and std > 0:
+        decimals = min(6, max(0, 1 - math.floor(math.log10(std))))
+        return f"{mean:.{decimals}f}", f"{std:.{decimals}f}"
+    if float(mean).is_integer() and abs(mean) >= 1000:
+        text = f"{int(mean):,}"
+    elif unit == "%":
+        text = f"{mean:.2f}"
+    else:
+        text = f"{mean:,.0f}" if abs(mean) >= 1e4 else f"{mean:.4g}"
+    if std is None or not math.isfinite(std):
+        return text, None
+    decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 0
+    return text, f"{0:.{decimals}f}"  # a zero spread, shown at the mean's precision
+
+
+def _measured(table: Table, row: str, col: str, plus_minus: str, max_n: int) -> str:
+    mean, std, n = table.mean.at[row, col], table.std.at[row, col], table.n.at[row, col]
+    if pd.isna(mean):
         return "–"
-    fmt = "{:.2f}" if unit == "%" else "{:.4g}"
-    text = fmt.format(mean)
-    if n and n > 1 and not math.isnan(std):
-        text += f"{plus_minus}{fmt.format(std)}"
-    return text
+    mean_text, std_text = format_value(float(mean), float(std) if n > 1 else None, table.units[col])
+    text = mean_text + (f"{plus_minus}{std_text}" if std_text is not None else "")
+    return text + (f" (n={int(n)})" if n < max_n else "")
 
 
-def _cells(table: Table, plus_minus: str, bold: tuple[str, str]) -> list[list[str]]:
+def _published(cell: ReportedCell | None, plus_minus: str, ref: tuple[str, str]) -> str:
+    """A published number as the paper printed it (no added digits), with its footnote mark."""
+    if cell is None:
+        return "–"
+    value = f"{int(cell.value):,}" if float(cell.value).is_integer() else f"{cell.value:g}"
+    spread = f"{plus_minus}{cell.std:g}" if cell.std is not None else ""
+    return f"{value}{spread}{ref[0]}{cell.ref}{ref[1]}"
+
+
+def _layout(table: Table) -> list[tuple[str, bool]]:
+    """Output columns as (measured column, is_published); a published column follows its measured one."""
+    out = []
+    for col in table.columns:
+        out.append((col, False))
+        if col in table.reported_columns:
+            out.append((col, True))
+    return out
+
+
+def _header(table: Table, unit: str) -> list[str]:
+    return [f"{col}{' reported' if published else ''} {unit.format(table.units[col])}" for col, published in _layout(table)]
+
+
+def _cells(table: Table, plus_minus: str, bold: tuple[str, str], ref: tuple[str, str]) -> list[list[str]]:
+    max_n = int(table.n.max().max()) if table.n.notna().any().any() else 1
     out = []
     for row in table.index:
         cells = []
-        for col in table.columns:
-            text = _cell(table.mean.at[row, col], table.std.at[row, col], table.n.at[row, col], table.units[col], plus_minus)
+        for col, published in _layout(table):
+            if published:
+                cells.append(_published(table.reported.get((row, col)), plus_minus, ref))
+                continue
+            text = _measured(table, row, col, plus_minus, max_n)
             cells.append(f"{bold[0]}{text}{bold[1]}" if table.best.get(col) == row else text)
         out.append(cells)
     return out
@@ -96,55 +180,75 @@ def _cells(table: Table, plus_minus: str, bold: tuple[str, str]) -> list[list[st
 
 def _seeds_note(table: Table) -> str:
     ns = sorted({int(v) for v in table.n.to_numpy().ravel() if not pd.isna(v)})
-    return "n = " + "/".join(str(n) for n in ns) + " seed(s); mean ± sample std where n > 1; best per column in bold"
+    return ("n = " + "/".join(str(n) for n in ns) + " seed(s); mean ± sample std where n > 1 "
+            "((n=k) marks cells with fewer seeds); best measured value per column in bold")
 
 
 def to_markdown(table: Table, notes: Sequence[str] = ()) -> str:
-    header = ["model", *[f"{c} [{table.units[c]}]" for c in table.columns]]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(table.columns)) + "|"]
-    for row, cells in zip(table.index, _cells(table, " ± ", ("**", "**"))):
+    """The Markdown table; the seeds note, numbered footnotes and the suite's `notes` (one bullet each) below it."""
+    header = ["model", *_header(table, "[{}]")]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for row, cells in zip(table.index, _cells(table, " ± ", ("**", "**"), (" [", "]"))):
         lines.append("| " + " | ".join([row, *cells]) + " |")
-    return "\n".join(lines) + f"\n\n{_seeds_note(table)}\n" + "".join(f"\n- {n}\n" for n in notes)
+    below = [_seeds_note(table), *(f"[{i}] {text}" for i, text in enumerate(table.footnotes, 1)), *(f"- {n}" for n in notes)]
+    return "\n".join(lines) + "\n\n" + "\n\n".join(below) + "\n"
+
+
+_TEX = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "×": r"$\times$", "–": "--"}
 
 
 def _tex(s: str) -> str:
-    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#")):
-        s = s.replace(a, b)
-    return s
+    return "".join(_TEX.get(ch, ch) for ch in s)
 
 
 def to_latex(table: Table, notes: Sequence[str] = ()) -> str:
-    cols = "l" + "r" * len(table.columns)
-    header = " & ".join(["model", *[f"{_tex(c)} [{_tex(table.units[c])}]" for c in table.columns]])
+    """A booktabs tabular; published columns carry superscript footnote marks listed under the rule, then `notes`."""
+    width = 1 + len(_layout(table))
+    header = " & ".join(["model", *(_tex(h) for h in _header(table, "[{}]"))])
     body = [
-        " & ".join([_tex(row), *cells]) + r" \\"  # cells are numbers, $\pm$ and \textbf: no escaping
-        for row, cells in zip(table.index, _cells(table, r"$\pm$", (r"\textbf{", "}")))
+        " & ".join([_tex(row), *(c.replace("–", "--") for c in cells)]) + r" \\"  # numbers and markup: no escaping
+        for row, cells in zip(table.index, _cells(table, r"$\pm$", (r"\textbf{", "}"), ("$^{", "}$")))
     ]
+    below = [rf"\noindent$^{{{i}}}$ {_tex(text)}\par" for i, text in enumerate(table.footnotes, 1)]
+    below += [rf"\noindent {_tex(n)}\par" for n in notes]
     return "\n".join([
         r"% requires \usepackage{booktabs}; " + _seeds_note(table),
-        rf"\begin{{tabular}}{{{cols}}}", r"\toprule", header + r" \\", r"\midrule", *body, r"\bottomrule", r"\end{tabular}",
-        *[rf"\par{{\footnotesize {_tex(n)}}}" for n in notes], "",
+        rf"\begin{{tabular}}{{l{'r' * (width - 1)}}}", r"\toprule", header + r" \\", r"\midrule", *body, r"\bottomrule",
+        r"\end{tabular}", *([r"\par\smallskip{\footnotesize", *below, "}"] if below else []), "",
     ])
 
 
 def to_csv(table: Table) -> str:
+    """Wide CSV: per measured column its mean, std and n, then the published value and std where any."""
     wide = pd.concat({"mean": table.mean, "std": table.std, "n": table.n}, axis=1).swaplevel(axis=1)
     wide = wide[[(c, s) for c in table.columns for s in ("mean", "std", "n")]]
     wide.columns = [f"{c} {s}" for c, s in wide.columns]
+    for col in table.columns:
+        if col in table.reported_columns:
+            cells = [table.reported.get((row, col)) for row in table.index]
+            wide[f"{col} reported"] = [c.value if c else None for c in cells]
+            wide[f"{col} reported std"] = [c.std if c else None for c in cells]
+            wide[f"{col} reported ref"] = [c.ref if c else None for c in cells]
     buf = io.StringIO()
     wide.rename_axis("model").to_csv(buf)
     return buf.getvalue()
 
 
 def write_outputs(
-    out_dir: Path, records: list[dict[str, Any]], suite: type[Suite], *, notes: Sequence[str] = ()
+    out_dir: Path,
+    records: list[dict[str, Any]],
+    suite: type[Suite],
+    reported: list[dict[str, Any]] | None = None,
+    *,
+    notes: Sequence[str] = (),
 ) -> dict[str, Path]:
-    """records.csv, table.md, table.tex and table.csv under out_dir; returns their paths by name.
+    """records.csv, table.md, table.tex, table.csv and the suite's plots under out_dir; returns paths by name.
 
-    The tables show the suite's `table_metrics` (all metrics when None) with `notes` as footnotes."""
+    The tables show the suite's `table_metrics` (all metrics when None) with `notes` printed under them."""
     frame = records_frame(records, suite)
     shown = frame if suite.table_metrics is None else frame[frame["metric"].isin(suite.table_metrics)]
-    table = comparison_table(aggregate(shown, suite), suite)
+    table = comparison_table(aggregate(shown, suite), suite, reported)
     texts = {
         "records.csv": frame.to_csv(index=False),
         "table.md": to_markdown(table, notes),

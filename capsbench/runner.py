@@ -54,6 +54,7 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
     tracker = make_tracker(cfg)
     tags = {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget}
     protocol = suite.protocol(cfg)
+    resources = suite.prepare(cfg, splits)
     out_dir = Path(cfg.output_dir) / cfg.suite
     records: list[dict[str, Any]] = []
     with tracker.parent(f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags, to_yaml(cfg)):
@@ -66,6 +67,7 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
                     ctx = Context(
                         model=trained.model.eval(), model_name=model_name, splits=splits, params=cfg.params,
                         device=cfg.device, batch_size=cfg.train.eval_batch_size, seed=seed, protocol=protocol,
+                        resources=resources,
                     )
                     rows = [
                         {"suite": cfg.suite, "model": model_name, "dataset": cfg.dataset, "seed": seed, **r}

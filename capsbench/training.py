@@ -50,7 +50,7 @@ def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingP
 def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:
     """Everything that changes the trained weights; its hash is the checkpoint's cache key."""
     d, t = cfg.data, cfg.train
-    return {
+    identity = {
         "capsbench": capsbench.__version__,
         "model": name,
         "model_args": model_config(cfg, name, splits, protocol),
@@ -62,6 +62,9 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
         "train": {"epochs": t.epochs, "batch_size": t.batch_size, "lr": t.lr, "lr_decay": t.lr_decay},
         "seed": seed,
     }
+    if t.target_val_accuracy is not None:  # only when set, so checkpoints trained without it keep their keys
+        identity["train"]["target_val_accuracy"] = t.target_val_accuracy
+    return identity
 
 
 def obtain_model(
@@ -107,6 +110,9 @@ def fit(
 ) -> dict[str, Any]:
     """Adam with exponential decay; returns history and loads the best-validation weights into `model`.
 
+    With train.target_val_accuracy set, training stops after the first epoch whose validation accuracy (%)
+    reaches it (models compared at matched validation accuracy, as in Sabour et al.'s affNIST experiment).
+
     Every epoch reseeds from (seed, epoch), so a run resumed from its last finished epoch computes
     the same weights as an uninterrupted one.
     """
@@ -114,7 +120,7 @@ def fit(
     opt = torch.optim.Adam(model.parameters(), lr=t.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=t.lr_decay)
     history: list[dict[str, float]] = []
-    best_acc, best_epoch, best_state, first = -1.0, -1, None, 0
+    best_acc, best_epoch, best_state, first, reached = -1.0, -1, None, 0, False
     if resume is not None:
         model.load_state_dict(resume["model"])
         opt.load_state_dict(resume["optimizer"])
@@ -136,6 +142,10 @@ def fit(
         if val_acc > best_acc:
             best_acc, best_epoch = val_acc, epoch + 1
             best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        if t.target_val_accuracy is not None and 100.0 * val_acc >= t.target_val_accuracy:
+            reached = True
+            log.info("%s: validation accuracy %.2f %% reached the target %.2f %%; stopping", desc, 100 * val_acc, t.target_val_accuracy)
+            break
         if save_progress is not None and epoch + 1 < t.epochs:
             save_progress({
                 "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
@@ -145,7 +155,10 @@ def fit(
             })
     if best_state is not None:
         model.load_state_dict(best_state)
-    return {"history": copy.deepcopy(history), "best_epoch": best_epoch, "best_val_accuracy": best_acc}
+    return {
+        "history": copy.deepcopy(history), "best_epoch": best_epoch, "best_val_accuracy": best_acc,
+        "reached_target": reached,
+    }
 
 
 def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[float, float]:

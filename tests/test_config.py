@@ -10,11 +10,11 @@ from capsbench.errors import CapsbenchError
 
 def test_precedence_defaults_budget_suite_cli(tmp_path):
     quick = compose(["suite=accuracy", f"output_dir={tmp_path}"])
-    assert quick.budget == "quick" and quick.train.epochs == 3  # budget file beats the dataclass default (10)
+    assert quick.budget == "quick" and quick.train.epochs == 4  # budget file beats the dataclass default (10)
     assert quick.model_args.capsnet.conv_channels == 32
     cli = compose(["suite=accuracy", "budget=smoke", "train.epochs=7", "seeds=[3,4]", f"output_dir={tmp_path}"])
     assert cli.train.epochs == 7 and list(cli.seeds) == [3, 4]
-    assert cli.data.train_subset == 2000  # from the smoke budget
+    assert cli.data.train_subset == 3000  # from the smoke budget
 
 
 def test_derived_defaults(tmp_path, monkeypatch):
@@ -62,7 +62,7 @@ def test_cli_error_is_one_line_exit_2_and_writes_nothing(tmp_path):
 def test_show_config_and_list():
     runner = CliRunner()
     shown = runner.invoke(app, ["show-config", "suite=accuracy", "budget=smoke"])
-    assert shown.exit_code == 0 and "train_subset: 2000" in shown.output
+    assert shown.exit_code == 0 and "train_subset: 3000" in shown.output
     listed = runner.invoke(app, ["list", "models"])
     assert listed.exit_code == 0 and "capsnet" in listed.output and "cnn_9x9" in listed.output
     assert runner.invoke(app, ["list", "modles"]).exit_code == 2

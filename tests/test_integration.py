@@ -49,7 +49,7 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
     assert len(parents) == 1 and len(children) == 3
     parent = parents[0]
     assert parent.info.status == "FINISHED"
-    assert parent.data.params["budget"] == "smoke" and parent.data.params["train.epochs"] == "2"
+    assert parent.data.params["budget"] == "smoke" and parent.data.params["train.epochs"] == "3"
     assert parent.data.tags["budget"] == "smoke" and parent.data.tags["version.mlflow"].startswith("3.")
     assert "git.commit" in parent.data.tags and "device.name" in parent.data.tags
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}

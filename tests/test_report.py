@@ -41,7 +41,7 @@ def test_best_respects_direction():
 def test_formats_mark_best_and_show_spread():
     table = comparison_table(aggregate(records_frame(records(), AccuracySuite), AccuracySuite), AccuracySuite)
     md = to_markdown(table)
-    assert "| a | 98.00 ± 1.00 | 2.00 ± 1.00 |" in md
+    assert "| a | 98.0 ± 1.0 | 2.0 ± 1.0 |" in md
     assert "| b | **98.50 ± 0.00** | **1.50 ± 0.00** |" in md
     tex = to_latex(table)
     assert r"\toprule" in tex and r"\textbf{98.50$\pm$0.00}" in tex and r"test\_accuracy [\%]" in tex
@@ -75,3 +75,42 @@ def test_sweep_plots_are_written_as_png_and_pdf(tmp_path):
     assert paths["acc_vs_eps.png"].read_bytes()[:4] == b"\x89PNG"
     assert paths["acc_vs_eps.pdf"].read_bytes()[:4] == b"%PDF"
     assert "test_accuracy (eps=0.1)" in paths["table.md"].read_text()
+
+
+@pytest.mark.parametrize("mean, std, unit, expected", [
+    (98.95123, 0.04312, "%", ("98.951", "0.043")),  # std to two significant digits, mean to the same place
+    (98.0, 1.0, "%", ("98.0", "1.0")),
+    (35.2, 27.4, "%", ("35", "27")),
+    (12.3456, None, "ms", ("12.35", None)),
+    (99.123, None, "%", ("99.12", None)),
+    (8215568.0, None, "count", ("8,215,568", None)),
+    (98.5, 0.0, "%", ("98.50", "0.00")),
+])
+def test_format_value_significant_digits(mean, std, unit, expected):
+    from capsbench.report import format_value
+
+    assert format_value(mean, std, unit) == expected
+
+
+def test_published_numbers_sit_beside_measured_ones_with_footnotes():
+    reported = [
+        {"model": "a", "dataset": "mnist", "metric": "test_error", "value": 0.25, "std": 0.005, "footnote": "Paper A, Table 1: r=3"},
+        {"model": "b", "dataset": "mnist", "metric": "test_error", "value": 0.39, "std": None, "footnote": "Paper A, Table 1: base"},
+        {"model": "zzz", "dataset": "mnist", "metric": "test_error", "value": 1.0, "std": None, "footnote": "unmeasured model"},
+    ]
+    table = comparison_table(aggregate(records_frame(records(), AccuracySuite), AccuracySuite), AccuracySuite, reported)
+    assert table.columns == ["test_accuracy", "test_error"] and table.footnotes == ["Paper A, Table 1: r=3", "Paper A, Table 1: base"]
+    md = to_markdown(table)
+    assert "| model | test_accuracy [%] | test_error [%] | test_error reported [%] |" in md
+    assert "| a | 98.0 ± 1.0 | 2.0 ± 1.0 | 0.25 ± 0.005 [1] |" in md
+    assert "| b | **98.50 ± 0.00** | **1.50 ± 0.00** | 0.39 [2] |" in md  # bold compares measured values only
+    assert "[1] Paper A, Table 1: r=3" in md and "unmeasured" not in md
+    tex = to_latex(table)
+    assert r"0.25$\pm$0.005$^{1}$" in tex and r"\noindent$^{2}$ Paper A, Table 1: base\par" in tex
+    assert "test_error reported std" in to_csv(table).splitlines()[0]
+
+
+def test_cells_with_fewer_seeds_are_marked():
+    rows = [r for r in records() if not (r["model"] == "b" and r["seed"] == 2)]
+    md = to_markdown(comparison_table(aggregate(records_frame(rows, AccuracySuite), AccuracySuite), AccuracySuite))
+    assert "| b | **98.50 ± 0.00 (n=2)** |" in md and "n = 2/3 seed(s)" in md

@@ -42,6 +42,7 @@ class Context:
     batch_size: int
     seed: int
     protocol: TrainingProtocol
+    resources: Any = None  # what the suite's prepare() returned, shared by every model and seed
 
 
 @dataclass
@@ -66,6 +67,10 @@ class Suite:
     def protocol(self, cfg: Any) -> TrainingProtocol:
         """How this suite's models are trained; the default is Sabour's shifted-MNIST protocol."""
         return TrainingProtocol(max_shift=cfg.data.max_shift)
+
+    def prepare(self, cfg: Any, splits: Splits) -> Any:
+        """Suite-specific data built once per invocation (e.g. a generated test set; data-layer caches allowed)."""
+        return None
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         """Records {"metric": name, "value": float, <sweep column>: value, ...} for one model."""

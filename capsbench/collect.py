@@ -1,0 +1,129 @@
+"""Which tracked invocations a report may combine: filters, the no-silent-mixing checks, one value per seed."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from capsbench.errors import CapsbenchError
+
+log = logging.getLogger(__name__)
+
+# Parent-run params that say where or how a run happened, not what it measured: they may differ between
+# invocations whose numbers are combined (datasets become separate rows). Everything else (train.*, data.*,
+# params.*, ...) must agree.
+NEUTRAL_PARAMS = ("dataset", "seeds", "models", "output_dir", "cache_dir", "retrain", "device", "data.root", "data.download")
+NEUTRAL_PREFIXES = ("tracking.", "model_args.")  # model_args: compared per model from the nested runs instead
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished `capsbench run` as read back from MLflow: its parent run and its nested runs' model args."""
+
+    run_id: str
+    start: datetime  # UTC
+    suite: str
+    budget: str
+    version: str  # capsbench version that produced it
+    params: dict[str, str]  # the parent run's flattened config
+    model_args: dict[str, dict[str, str]] = field(default_factory=dict)  # model -> constructor args (nested runs)
+
+    @property
+    def dataset(self) -> str:
+        return self.params.get("dataset", "")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Report filters; None means no filter. Dates compare with the run's start time (UTC)."""
+
+    suite: str | None = None
+    models: tuple[str, ...] | None = None
+    dataset: str | None = None
+    budget: str | None = None
+    version: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def parse_when(text: str | None, key: str) -> datetime | None:
+    """'2026-11-21' or '2026-11-21T13:00' (UTC unless an offset is given) -> aware datetime."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(str(text))
+    except ValueError:
+        raise CapsbenchError(f"{key}={text!r} is not a date; expected ISO form such as 2026-11-21 or 2026-11-21T13:00") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def select(invocations: list[Invocation], sel: Selection) -> list[Invocation]:
+    """The invocations passing every filter, oldest first."""
+    keep = [
+        inv for inv in invocations
+        if (sel.suite is None or inv.suite == sel.suite)
+        and (sel.dataset is None or inv.dataset == sel.dataset)
+        and (sel.budget is None or inv.budget == sel.budget)
+        and (sel.version is None or inv.version == sel.version)
+        and (sel.since is None or inv.start >= sel.since)
+        and (sel.until is None or inv.start <= sel.until)
+        and (sel.models is None or bool(set(sel.models) & set(inv.model_args)))
+    ]
+    return sorted(keep, key=lambda inv: inv.start)
+
+
+def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | None = None) -> None:
+    """Refuse to combine runs of one suite that differ in budget, capsbench version or measuring config
+    (model arguments compared for the selected models only)."""
+    for attr, key in (("budget", "budget"), ("version", "version")):
+        values = sorted({getattr(inv, attr) for inv in invocations})
+        if len(values) > 1:
+            raise CapsbenchError(
+                f"suite {invocations[0].suite!r} has runs of {attr}s {', '.join(values)}; they are never mixed "
+                f"in one table: choose one with {key}={values[-1]} (or narrow the dates with since=/until=)"
+            )
+    first = invocations[0]
+    for inv in invocations[1:]:
+        a, b = _protocol(first), _protocol(inv)
+        _refuse(first, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+        ref = next(i for i in invocations if i.dataset == inv.dataset)  # model args depend on the dataset
+        diff = []
+        for model in sorted(set(ref.model_args) & set(inv.model_args) & set(models or inv.model_args)):
+            a, b = ref.model_args[model], inv.model_args[model]
+            diff += sorted(f"model_args.{model}.{k}" for k in set(a) | set(b) if a.get(k) != b.get(k))
+        _refuse(ref, inv, diff)
+
+
+def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:
+    if diff:
+        raise CapsbenchError(
+            f"suite {a.suite!r}: runs {a.run_id} and {b.run_id} measured under different settings "
+            f"({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); their numbers cannot share a table: "
+            "narrow the selection with since=/until=, models= or dataset="
+        )
+
+
+def _protocol(inv: Invocation) -> dict[str, str]:
+    return {k: v for k, v in inv.params.items() if k not in NEUTRAL_PARAMS and not k.startswith(NEUTRAL_PREFIXES)}
+
+
+def combine(invocations: list[Invocation], records: dict[str, pd.DataFrame], models: tuple[str, ...] | None) -> pd.DataFrame:
+    """Records of all invocations, one invocation per (model, dataset, seed): a seed measured again in a
+    later invocation replaces the earlier one, so n counts distinct seeds, never repeats of a seed."""
+    latest: dict[tuple[str, str, int], str] = {}
+    for inv in invocations:  # oldest first: later invocations overwrite
+        frame = records[inv.run_id]
+        for key in frame[["model", "dataset", "seed"]].drop_duplicates().itertuples(index=False):
+            if tuple(key) in latest:
+                log.info("%s seed %s: using run %s, measured again after run %s", key[0], key[2], inv.run_id, latest[tuple(key)])
+            latest[tuple(key)] = inv.run_id
+    parts = []
+    for inv in invocations:
+        frame = records[inv.run_id]
+        owner = [latest[(m, d, s)] == inv.run_id for m, d, s in zip(frame["model"], frame["dataset"], frame["seed"])]
+        parts.append(frame[owner])
+    out = pd.concat(parts, ignore_index=True)
+    return out if models is None else out[out["model"].isin(models)].reset_index(drop=True)

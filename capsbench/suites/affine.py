@@ -1,0 +1,114 @@
+"""Affine generalisation (Sabour et al. 2017, sec. 5.2): train on 40x40 expanded MNIST, test on affNIST and sweeps."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from capsbench.data import Splits
+from capsbench.data.affnist import load_affnist_test
+from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
+from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
+from capsbench.errors import CapsbenchError
+from capsbench.evaluation import accuracy
+from capsbench.plots import SweepPlot
+from capsbench.protocols import CanvasProtocol, TrainingProtocol
+from capsbench.suites.base import Context, Metric, Suite
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AffineParams:
+    canvas: int = 40  # side of the training / test canvas (affNIST: 40)
+    real_affnist: bool = True  # use <data.root>/affNIST/test.mat or test_batches/*.mat when present
+    affnist_images: int | None = None  # first n images of the affNIST(-style) test set; None = all
+    generator_seed: int = 0  # the generated affNIST-style set (used without the real files)
+    max_rotation_deg: float = 20.0
+    max_shear: float = 0.2
+    min_scale: float = 0.8
+    max_scale: float = 1.2
+    sweep_images: int | None = 1000  # first n MNIST test images for the sweeps; None = all
+    rotation: list[float] = field(default_factory=lambda: [-90.0, -60.0, -45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0, 60.0, 90.0])
+    scale: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5])
+    shear: list[float] = field(default_factory=lambda: [-0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6])
+    translation: list[float] = field(default_factory=lambda: [-12.0, -9.0, -6.0, -3.0, 0.0, 3.0, 6.0, 9.0, 12.0])
+
+
+@dataclass
+class AffineTestSet:
+    """The affNIST(-style) images (N, 1, S, S) uint8 and labels, and a label naming which set they are."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    name: str
+
+
+SWEEPS = ("rotation", "scale", "shear", "translation")
+
+
+def sweep_transform(transform: str, value: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(matrix, shift) of one sweep point: rotation in degrees, isotropic scale factor, horizontal shear,
+    horizontal translation in pixels."""
+    if transform == "rotation":
+        return affine_matrix(rotation_deg=value), None
+    if transform == "scale":
+        return affine_matrix(scale_x=value, scale_y=value), None
+    if transform == "shear":
+        return affine_matrix(shear=value), None
+    if transform == "translation":
+        return affine_matrix(), torch.tensor([value, 0.0], dtype=torch.float64)
+    raise ValueError(f"unknown sweep transform {transform!r}; expected one of {SWEEPS}")
+
+
+class AffineSuite(Suite):
+    name = "affine"
+    description = "affNIST protocol: train on 40x40 shifted MNIST, test on affNIST(-style) and per-transform sweeps"
+    metrics = (
+        Metric("centred_accuracy", "%", True, "MNIST test digits centred on the 40x40 canvas"),
+        Metric("affnist_accuracy", "%", True, "real affNIST test set, or the generated affNIST-style set (see test_set)"),
+        Metric("sweep_accuracy", "%", True, "sweep test digits under one transform of the given magnitude"),
+    )
+    sweep_columns = ("test_set", "transform", "magnitude")
+    plots = (SweepPlot("sweeps", "sweep_accuracy", "magnitude", facet="transform",
+                       xlabel="magnitude (degrees / scale factor / shear / pixels)", ylabel="accuracy [%]"),)
+    Params = AffineParams
+
+    def protocol(self, cfg: Any) -> TrainingProtocol:
+        return CanvasProtocol(canvas=cfg.params.canvas)
+
+    def prepare(self, cfg: Any, splits: Splits) -> AffineTestSet:
+        p = cfg.params
+        real = load_affnist_test(Path(cfg.data.root), p.affnist_images) if p.real_affnist else None
+        if real is not None:
+            if real[0].shape[-1] != p.canvas:
+                raise CapsbenchError(f"affNIST images are 40x40 but params.canvas is {p.canvas}; use params.canvas=40")
+            return AffineTestSet(real[0], real[1], "affNIST")
+        n = p.affnist_images
+        ranges = AffineRanges(max_rotation_deg=p.max_rotation_deg, max_shear=p.max_shear, min_scale=p.min_scale,
+                              max_scale=p.max_scale, canvas=p.canvas, seed=p.generator_seed)
+        made = cached_affnist_style(splits.test_x[:n], splits.test_y[:n], ranges, Path(cfg.cache_dir))
+        log.info("affNIST files not under %s/affNIST: using the generated affNIST-style set (sha256 %s)", cfg.data.root, made.sha256)
+        return AffineTestSet(made.images, made.labels, f"affNIST-style sha256:{made.sha256[:16]}")
+
+    def measure(self, ctx: Context) -> list[dict[str, Any]]:
+        p, test, split = ctx.params, ctx.resources, ctx.splits
+        evaluate = dict(model=ctx.model, batch_size=ctx.batch_size, device=ctx.device)
+        centred = accuracy(x=split.test_x, y=split.test_y, transform=ctx.protocol.eval_inputs, **evaluate)
+        records = [
+            {"metric": "centred_accuracy", "value": 100.0 * centred},
+            {"metric": "affnist_accuracy", "value": 100.0 * accuracy(x=test.images, y=test.labels, **evaluate),
+             "test_set": test.name},
+        ]
+        canvas = centre_on_canvas(split.test_x[: p.sweep_images], p.canvas)  # (N, 1, S, S) uint8
+        labels = split.test_y[: p.sweep_images]
+        for transform in SWEEPS:
+            for value in getattr(p, transform):
+                matrix, shift = sweep_transform(transform, value)
+                acc = accuracy(x=warp(canvas, matrix, shift), y=labels, **evaluate)
+                records.append({"metric": "sweep_accuracy", "value": 100.0 * acc, "transform": transform, "magnitude": float(value)})
+        return records
