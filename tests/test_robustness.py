@@ -156,3 +156,16 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
     assert max(cleans) > 50.0, f"no smoke model is well above chance: {cleans}"
     assert "robust_accuracy (attack=pgd, eps=0.3)" in (out / "table.md").read_text()
     assert (out / "robust_accuracy_vs_eps.pdf").read_bytes()[:4] == b"%PDF"
+
+
+@pytest.mark.parametrize("budget", ["smoke", "quick", "paper"])
+def test_robustness_reuses_the_accuracy_suites_checkpoints(tmp_path, budget):
+    from capsbench.suites import SUITES
+    from capsbench.training import training_identity
+
+    splits = make_splits()
+    identities = []
+    for suite in ("accuracy", "robustness"):
+        cfg = compose([f"suite={suite}", f"budget={budget}", f"output_dir={tmp_path}"])
+        identities.append([training_identity(cfg, m, 0, splits, SUITES.get(suite)().protocol(cfg)) for m in cfg.models])
+    assert identities[0] == identities[1]
