@@ -58,8 +58,9 @@ def comparison_table(agg: pd.DataFrame, suite: type[Suite]) -> Table:
     best: dict[str, Any] = {}
     for col, metric in dict(zip(agg["column"], agg["metric"])).items():
         values = pivot["mean"][col].dropna()
-        if len(values) > 1:
-            best[col] = values.idxmax() if suite.metric(metric).higher_is_better else values.idxmin()
+        direction = suite.metric(metric).higher_is_better
+        if len(values) > 1 and direction is not None:
+            best[col] = values.idxmax() if direction else values.idxmin()
     return Table(rows, columns, pivot["mean"], pivot["std"], pivot["n"], units, best)
 
 
