@@ -3,9 +3,10 @@
 from capsbench.registry import Registry
 from capsbench.suites.accuracy import AccuracySuite
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.overlap import OverlapSuite
 
 SUITES: Registry[type[Suite]] = Registry("suite")
-for _suite in (AccuracySuite,):
+for _suite in (AccuracySuite, OverlapSuite):
     SUITES.register(_suite.name)(_suite)
 
 __all__ = ["SUITES", "Context", "Metric", "Suite"]
