@@ -28,7 +28,7 @@ class PooledConvNet(Classifier):
         self,
         *,
         in_channels: int = 1,
-        image_size: int = 36,
+        image_size: int = 28,
         num_classes: int = 10,
         channels: tuple[int, ...] = (512, 256),
         kernel_sizes: tuple[int, ...] = (9, 5),
