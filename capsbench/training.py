@@ -166,6 +166,10 @@ def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[
         total_loss += loss.item() * len(labels)
         if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
             correct += (out.scores.argmax(dim=1) == batch.targets).sum().item()
+        else:  # multi-hot: a row is right when its k highest scores are exactly its k targets
+            ranks = out.scores.detach().argsort(dim=1, descending=True).argsort(dim=1)  # (B, C): 0 = highest
+            predicted = ranks < batch.targets.sum(dim=1, keepdim=True)
+            correct += (predicted == batch.targets.bool()).all(dim=1).sum().item()
         seen += len(labels)
         bar.set_postfix(loss=f"{total_loss / seen:.4f}", acc=f"{correct / seen:.4f}")
     return total_loss / seen, correct / seen
