@@ -38,6 +38,8 @@ def test_protocol_errors_name_the_fix():
         MultiMNISTProtocol(canvas=36, max_shift=5, cache_dir="unused").input_size(28)
     with pytest.raises(CapsbenchError, match="saturating_sum"):
         MultiMNISTProtocol(merge="add", cache_dir="unused")
+    with pytest.raises(CapsbenchError, match="test_pairs_per_digit must be >= 1"):
+        proto.test_recipe(make_splits(), pairs_per_digit=0, seed=0)
 
 
 def test_capsnet_reconstructs_each_digit_from_its_own_capsule():

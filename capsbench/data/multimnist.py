@@ -131,6 +131,9 @@ def box_overlap(boxes: torch.Tensor, recipe: PairRecipe) -> torch.Tensor:
         box[:, 1::2] += recipe.offsets[:, k, 1:2]  # columns move by dx
     inter_h = (torch.minimum(a[:, 2], b[:, 2]) - torch.maximum(a[:, 0], b[:, 0])).clamp(min=0)
     inter_w = (torch.minimum(a[:, 3], b[:, 3]) - torch.maximum(a[:, 1], b[:, 1])).clamp(min=0)
-    area = lambda box: (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])  # noqa: E731
-    smaller = torch.minimum(area(a), area(b)).clamp(min=1)
+    smaller = torch.minimum(_area(a), _area(b)).clamp(min=1)
     return (inter_h * inter_w).float() / smaller.float()
+
+
+def _area(boxes: torch.Tensor) -> torch.Tensor:
+    return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])

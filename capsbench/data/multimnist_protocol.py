@@ -68,6 +68,8 @@ class MultiMNISTProtocol(TrainingProtocol):
             raise CapsbenchError(f"params.merge={merge!r} is not a merge rule; use one of {', '.join(MERGE_RULES)}")
         if max_shift < 0:
             raise CapsbenchError(f"params.max_shift must be >= 0, got {max_shift}")
+        if val_pairs_per_digit < 1:
+            raise CapsbenchError(f"params.val_pairs_per_digit must be >= 1, got {val_pairs_per_digit}")
         super().__init__(max_shift=max_shift)
         self.canvas, self.merge, self.num_classes = canvas, merge, num_classes
         self.val_pairs_per_digit, self.val_seed = val_pairs_per_digit, val_seed
@@ -119,6 +121,8 @@ class MultiMNISTProtocol(TrainingProtocol):
 
     def test_recipe(self, splits: Splits, *, pairs_per_digit: int, seed: int) -> PairRecipe:
         """The fixed test pairs, from the cache when this exact set was generated before."""
+        if pairs_per_digit < 1:
+            raise CapsbenchError(f"params.test_pairs_per_digit must be >= 1, got {pairs_per_digit}")
         knobs = {
             "dataset": splits.name, "test_labels_sha256": hashlib.sha256(splits.test_y.numpy().tobytes()).hexdigest(),
             "pairs_per_digit": pairs_per_digit, "max_shift": self.max_shift, "seed": seed, "version": RECIPE_VERSION,
