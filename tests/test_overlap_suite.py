@@ -11,6 +11,7 @@ from capsbench.errors import CapsbenchError
 from capsbench.evaluation import accuracy
 from capsbench.models.capsules import margin_loss, reconstruction_loss
 from capsbench.protocols import TrainingProtocol
+from capsbench.report import aggregate, comparison_table, records_frame
 from capsbench.suites import SUITES, Context
 from capsbench.training import fit
 from tests.conftest import make_splits
@@ -95,3 +96,14 @@ def test_suite_trains_and_measures_a_tiny_model(overlap_cfg, name):
         assert isinstance(figures["segmentation"], Figure) and len(figures["segmentation"].axes) == 6
     else:
         assert figures == {}
+
+
+def test_descriptive_metric_gets_no_best_cell():
+    suite = SUITES.get("overlap")
+    records = [
+        {"suite": "overlap", "model": m, "dataset": "mnist", "seed": 0, "metric": metric, "value": v}
+        for m, acc in (("a", 90.0), ("b", 80.0))
+        for metric, v in (("both_correct_accuracy", acc), ("box_overlap", 72.0 + acc / 100))
+    ]
+    table = comparison_table(aggregate(records_frame(records, suite), suite), suite)
+    assert table.best == {"both_correct_accuracy": "a"}
