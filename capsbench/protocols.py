@@ -11,16 +11,24 @@ from typing import Any
 
 import torch
 
-from capsbench.data import random_shift
+from capsbench.data import Splits, random_shift
 from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
+from capsbench.evaluation import accuracy
+from capsbench.models import Classifier
 
 
 @dataclass
 class Batch:
-    """Model inputs (B, C, H, W) in [0, 1] and targets: (B,) class indices or (B, C) multi-hot."""
+    """Model inputs (B, C, H, W) in [0, 1] and targets: (B,) class indices or (B, C) multi-hot.
+
+    Inputs composed of K objects (MultiMNIST: K = 2 digits) may carry them unmerged, for per-object
+    reconstruction: components (B, K, C, H, W) and their classes component_labels (B, K).
+    """
 
     inputs: torch.Tensor
     targets: torch.Tensor
+    components: torch.Tensor | None = None
+    component_labels: torch.Tensor | None = None
 
 
 class TrainingProtocol:
@@ -41,6 +49,10 @@ class TrainingProtocol:
     def eval_inputs(self, images: torch.Tensor) -> torch.Tensor:
         """How validation and test images are presented (unchanged here)."""
         return images
+
+    def validation_score(self, model: Classifier, splits: Splits, *, batch_size: int, device: str) -> float:
+        """The model-selection score on the validation split, in [0, 1], higher is better: top-1 accuracy here."""
+        return accuracy(model, splits.val_x, splits.val_y, batch_size=batch_size, device=device, transform=self.eval_inputs)
 
     def identity(self) -> dict[str, Any]:
         return {"protocol": self.name, "max_shift": self.max_shift}

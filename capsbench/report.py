@@ -76,8 +76,9 @@ def comparison_table(agg: pd.DataFrame, suite: type[Suite], reported: list[dict[
     best: dict[str, Any] = {}
     for col, metric in dict(zip(agg["column"], agg["metric"])).items():
         values = pivot["mean"][col].dropna()
-        if len(values) > 1:
-            best[col] = values.idxmax() if suite.metric(metric).higher_is_better else values.idxmin()
+        direction = suite.metric(metric).higher_is_better
+        if len(values) > 1 and direction is not None:  # None: descriptive metric, no best
+            best[col] = values.idxmax() if direction else values.idxmin()
     table = Table(rows, columns, pivot["mean"], pivot["std"], pivot["n"], units, best)
     _place_reported(table, reported or [], suite, datasets)
     return table

@@ -16,7 +16,6 @@ from tqdm.auto import tqdm
 import capsbench
 from capsbench.checkpoints import CheckpointCache, content_key
 from capsbench.data import SPLIT_SEED, Splits, batches
-from capsbench.evaluation import accuracy
 from capsbench.models import MODELS, Classifier, create_model
 from capsbench.protocols import TrainingProtocol
 
@@ -134,9 +133,7 @@ def fit(
         gen = torch.Generator().manual_seed(epoch_seed)
         train_loss, train_acc = _train_epoch(model, splits, cfg, protocol, opt, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
         sched.step()
-        val_acc = accuracy(
-            model, splits.val_x, splits.val_y, batch_size=t.eval_batch_size, device=device, transform=protocol.eval_inputs
-        )
+        val_acc = protocol.validation_score(model, splits, batch_size=t.eval_batch_size, device=device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc})
         log.info("%s epoch %d: loss %.4f train acc %.4f val acc %.4f", desc, epoch + 1, train_loss, train_acc, val_acc)
         if val_acc > best_acc:
@@ -171,14 +168,21 @@ def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[
     )
     for images, labels in bar:
         batch = protocol.train_batch(images, labels, gen)
+        parts = {} if batch.components is None else {
+            "components": batch.components, "component_labels": batch.component_labels,
+        }
         out = model(batch.inputs, batch.targets)
-        loss = model.loss(out, batch.targets, batch.inputs)
+        loss = model.loss(out, batch.targets, batch.inputs, **parts)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         total_loss += loss.item() * len(labels)
         if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
             correct += (out.scores.argmax(dim=1) == batch.targets).sum().item()
+        else:  # multi-hot: a row is right when its k highest scores are exactly its k targets
+            ranks = out.scores.detach().argsort(dim=1, descending=True).argsort(dim=1)  # (B, C): 0 = highest
+            predicted = ranks < batch.targets.sum(dim=1, keepdim=True)
+            correct += (predicted == batch.targets.bool()).all(dim=1).sum().item()
         seen += len(labels)
         bar.set_postfix(loss=f"{total_loss / seen:.4f}", acc=f"{correct / seen:.4f}")
     return total_loss / seen, correct / seen

@@ -11,6 +11,7 @@ TINY = {
     "capsnet": {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
     "cnn_sabour": {"channels": (4, 4, 2), "fc": (8, 8)},
     "cnn_9x9": {"channels": (4, 4, 2), "fc": (8, 8)},
+    "cnn_multimnist": {"channels": (4, 2), "fc": (8,)},
 }
 
 
@@ -60,6 +61,10 @@ def test_paper_sizes():
     assert n_params(create_model("capsnet")) == 8_215_568
     # cnn_sabour: convs 6,656 + 1,638,656 + 819,328; FC 100,352*328+328, 328*192+192, 192*10+10 (Sabour: 35.4 M).
     assert n_params(create_model("cnn_sabour")) == 35_445_522
+    # MultiMNIST (36x36 inputs), Sabour section 6: CapsNet 11.36 M; cnn_multimnist 24.56 M = conv 512*81+512 +
+    # conv 256*512*25+256 + FC (256*9*9)*1024+1024 after two 2x2 pools + FC 1024*10+10 = 24,563,978.
+    assert n_params(create_model("capsnet", image_size=36)) == 11_361_808
+    assert n_params(create_model("cnn_multimnist", image_size=36)) == 24_563_978
 
 
 def test_unknown_model_and_argument_errors():

@@ -10,6 +10,7 @@ from capsbench.errors import CapsbenchError
 from capsbench.models.base import Classifier, LogitsAdapter, ModelOutput
 from capsbench.models.capsnet import CapsNet
 from capsbench.models.cnn import ConvNet
+from capsbench.models.cnn_pooled import PooledConvNet
 from capsbench.registry import Registry, close_matches
 
 
@@ -44,6 +45,10 @@ register_model("cnn_sabour", ModelSpec(
 register_model("cnn_9x9", ModelSpec(
     ConvNet, "9x9-kernel CNN of CapsNet's size (Gu et al. 2021): conv 256,256,128 @9x9 (valid), FC 328,192; 8.7 M",
     {"channels": (256, 256, 128), "kernel_size": 9, "padding": "valid", "fc": (328, 192)},
+))
+
+register_model("cnn_multimnist", ModelSpec(
+    PooledConvNet, "Sabour et al. 2017 MultiMNIST baseline: conv 512@9x9, pool, conv 256@5x5, pool, FC 1024; 24.56 M",
 ))
 
 

@@ -32,8 +32,21 @@ class Classifier(nn.Module):
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
         raise NotImplementedError
 
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        """The training loss of this model family (mean over the batch)."""
+    def loss(
+        self,
+        out: ModelOutput,
+        labels: torch.Tensor,
+        images: torch.Tensor,
+        *,
+        components: torch.Tensor | None = None,
+        component_labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The training loss of this model family (mean over the batch).
+
+        labels: (B,) class indices or (B, C) multi-hot. For inputs made of K objects, components
+        (B, K, C_in, H, W) and component_labels (B, K) let a decoder reconstruct each object from
+        its own class; models without a decoder ignore them.
+        """
         raise NotImplementedError
 
 

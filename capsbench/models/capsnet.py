@@ -75,13 +75,39 @@ class CapsNet(Classifier):
         poses = self.routing(self.votes(u))  # (B, num_classes, class_dim)
         lengths = poses.norm(dim=-1)  # (B, num_classes)
         recon = None
-        if self.decoder is not None:
-            mask = labels if labels is not None else lengths.argmax(dim=1)
-            recon = self.decoder(poses, mask)
+        if self.decoder is not None and (labels is None or labels.dim() == 1):  # multi-hot: see loss()
+            recon = self.decoder(poses, labels if labels is not None else lengths.argmax(dim=1))
         return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon)
 
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    def reconstruct(self, poses: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+        """The decoder's image from the capsule of `classes` (B,) alone. poses (B, C, D) -> (B, C_in, H, W)."""
+        if self.decoder is None:
+            raise ValueError("this CapsNet has no decoder (decoder_hidden=()); it cannot reconstruct")
+        return self.decoder(poses, classes)
+
+    def loss(
+        self,
+        out: ModelOutput,
+        labels: torch.Tensor,
+        images: torch.Tensor,
+        *,
+        components: torch.Tensor | None = None,
+        component_labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Margin loss + recon_weight x sum-squared reconstruction error.
+
+        With components (B, K, C_in, H, W) and component_labels (B, K) (MultiMNIST), each object is
+        reconstructed from its own class capsule and the K errors are summed (Sabour et al., section 6).
+        """
         loss = margin_loss(out.scores, labels)
-        if out.reconstructions is not None and self.recon_weight > 0:
+        if self.decoder is None or self.recon_weight <= 0:
+            return loss
+        if components is not None:
+            errors = [
+                reconstruction_loss(self.reconstruct(out.poses, component_labels[:, k]), components[:, k])
+                for k in range(components.shape[1])
+            ]
+            return loss + self.recon_weight * torch.stack(errors).sum()
+        if out.reconstructions is not None:
             loss = loss + self.recon_weight * reconstruction_loss(out.reconstructions, images)
         return loss

@@ -60,7 +60,7 @@ class ConvNet(Classifier):
         logits = self.classifier(h.flatten(1))  # (B, num_classes)
         return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
 
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor, **_components) -> torch.Tensor:
         if labels.dim() == 2:  # multi-hot targets
             return F.binary_cross_entropy_with_logits(out.logits, labels.to(out.logits.dtype))
         return F.cross_entropy(out.logits, labels)

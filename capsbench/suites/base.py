@@ -18,11 +18,14 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")  # what MLflow accepts in a met
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric a suite reports: its MLflow-safe name, unit, and which direction is better."""
+    """A metric a suite reports: its MLflow-safe name, unit, and which direction is better.
+
+    higher_is_better=None marks a descriptive number (a property of the data, not of a model): no best.
+    """
 
     name: str
     unit: str
-    higher_is_better: bool
+    higher_is_better: bool | None
     description: str = ""
 
     def __post_init__(self) -> None:
