@@ -14,10 +14,11 @@ def test_shipped_baselines_validate_and_carry_sources():
     assert (sabour_r3.value, sabour_r3.std, sabour_r3.where) == (0.25, 0.005, "Table 1")
     assert "arXiv:1710.09829" in sabour_r3.footnote
     assert by_key[("accuracy", "mnist", "cnn_sabour", "test_error", ())].value == 0.39
-    assert by_key[("overlap", "multimnist", "capsnet", "test_error", (("routing_iterations", "3"),))].value == 5.2
-    assert by_key[("overlap", "multimnist", "cnn_sabour", "test_error", ())].value == 8.1
-    assert by_key[("affine", "affnist", "capsnet", "affnist_accuracy", ())].value == 79.0
-    assert by_key[("affine", "affnist", "cnn_sabour", "affnist_accuracy", ())].value == 66.0
+    assert by_key[("overlap", "mnist", "capsnet", "both_correct_error", (("routing_iterations", "3"),))].value == 5.2
+    assert by_key[("overlap", "mnist", "cnn_multimnist", "both_correct_error", ())].value == 8.1
+    affnist = by_key[("affine", "mnist", "capsnet", "affnist_accuracy", ())]
+    assert affnist.value == 79.0 and affnist.sweep == {"test_set": "affNIST"}  # never beside the generated set
+    assert by_key[("affine", "mnist", "cnn_sabour", "affnist_accuracy", ())].value == 66.0
     assert by_key[("accuracy", "smallnorb", "capsnet_em", "test_error", ())].value == 1.8
     assert by_key[("efficiency", "mnist", "efficient_capsnet", "params", ())].value == 161824
     assert all(e.where and e.protocol for e in entries)
