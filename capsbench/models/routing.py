@@ -15,6 +15,30 @@ def _fp32(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
+def route(
+    votes: torch.Tensor, batch: int, iterations: int, hook: Callable[[int], None] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Procedure 1 on votes (B*out, in, D): v (B, out, D), the last coupling c (B, out, in), and the
+    per-iteration c's, s's and v's that the backward needs."""
+    n, in_caps, dim = votes.shape
+    out_caps = n // batch
+    b_logits = votes.new_zeros(batch, out_caps, in_caps, dtype=_fp32(votes).dtype)  # (B, out, in)
+    saved_c, saved_s, saved_v = [], [], []
+    for it in range(iterations):
+        c = torch.softmax(b_logits, dim=1)  # (B, out, in): sums to 1 over output capsules
+        s = torch.bmm(c.reshape(n, 1, in_caps).to(votes.dtype), votes)  # (B*out, 1, D)
+        v = squash(_fp32(s).view(batch, out_caps, dim))  # (B, out, D)
+        saved_c.append(c)
+        saved_s.append(s)
+        saved_v.append(v)
+        if it < iterations - 1:
+            agreement = torch.bmm(votes, v.view(n, dim, 1).to(votes.dtype))  # (B*out, in, 1)
+            b_logits = b_logits + agreement.view(batch, out_caps, in_caps)
+        if hook is not None:
+            hook(it)
+    return v, c, [*saved_c, *saved_s, *saved_v]
+
+
 class _RoutingFunction(torch.autograd.Function):
     """Procedure 1 with a hand-written backward.
 
@@ -27,23 +51,8 @@ class _RoutingFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, votes: torch.Tensor, batch: int, iterations: int, hook: Callable[[int], None] | None):
-        n, in_caps, dim = votes.shape
-        out_caps = n // batch
-        b_logits = votes.new_zeros(batch, out_caps, in_caps, dtype=_fp32(votes).dtype)  # (B, out, in)
-        saved_c, saved_s, saved_v = [], [], []
-        for it in range(iterations):
-            c = torch.softmax(b_logits, dim=1)  # (B, out, in): sums to 1 over output capsules
-            s = torch.bmm(c.reshape(n, 1, in_caps).to(votes.dtype), votes)  # (B*out, 1, D)
-            v = squash(_fp32(s).view(batch, out_caps, dim))  # (B, out, D)
-            saved_c.append(c)
-            saved_s.append(s)
-            saved_v.append(v)
-            if it < iterations - 1:
-                agreement = torch.bmm(votes, v.view(n, dim, 1).to(votes.dtype))  # (B*out, in, 1)
-                b_logits = b_logits + agreement.view(batch, out_caps, in_caps)
-            if hook is not None:
-                hook(it)
-        ctx.save_for_backward(votes, *saved_c, *saved_s, *saved_v)
+        v, c, saved = route(votes, batch, iterations, hook)
+        ctx.save_for_backward(votes, *saved)
         ctx.batch, ctx.iterations = batch, iterations
         ctx.mark_non_differentiable(c)
         return v, c
@@ -103,5 +112,8 @@ class DynamicRouting(nn.Module):
         batch, in_caps, out_caps, out_dim = u_hat.shape
         # One copy into the layout both batched matmuls read: rows are (image, output capsule).
         votes = u_hat.permute(0, 2, 1, 3).reshape(batch * out_caps, in_caps, out_dim)  # (B*out, in, D)
-        v, c = _RoutingFunction.apply(votes, batch, self.iterations, self.on_iteration)
+        if votes.requires_grad and torch.is_grad_enabled() and not torch.jit.is_tracing():
+            v, c = _RoutingFunction.apply(votes, batch, self.iterations, self.on_iteration)
+        else:  # inference and tracing (op counters): the same ops, nothing saved for a backward
+            v, c, _ = route(votes, batch, self.iterations, self.on_iteration)
         return (v, c.transpose(1, 2)) if return_coupling else v
