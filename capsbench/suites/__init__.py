@@ -2,10 +2,12 @@
 
 from capsbench.registry import Registry
 from capsbench.suites.accuracy import AccuracySuite
-from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.base import Context, Metric, Suite, Variant
+from capsbench.suites.efficiency import EfficiencySuite
+from capsbench.suites.routing import RoutingSuite
 
 SUITES: Registry[type[Suite]] = Registry("suite")
-for _suite in (AccuracySuite,):
+for _suite in (AccuracySuite, EfficiencySuite, RoutingSuite):
     SUITES.register(_suite.name)(_suite)
 
-__all__ = ["SUITES", "Context", "Metric", "Suite"]
+__all__ = ["SUITES", "Context", "Metric", "Suite", "Variant"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from matplotlib.figure import Figure
@@ -42,6 +42,15 @@ class Context:
     batch_size: int
     seed: int
     protocol: TrainingProtocol
+    model_args: dict[str, Any] = field(default_factory=dict)  # the constructor arguments the model was built with
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One entry of a suite's plan for a model: constructor overrides and the record columns that name it."""
+
+    model_args: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,6 +67,14 @@ class Suite:
     sweep_columns: ClassVar[tuple[str, ...]] = ()  # record columns such as eps or angle
     plots: ClassVar[tuple[SweepPlot, ...]] = ()  # drawn from the records by the report layer
     Params: ClassVar[type] = NoParams
+    needs_training: ClassVar[bool] = True  # False: the runner builds fresh models (seeded) at the budget's sizes
+
+    def validate(self, cfg: Any) -> None:
+        """Reject bad parameter combinations (CapsbenchError) before anything is trained or measured."""
+
+    def variants(self, cfg: Any, model_name: str) -> list[Variant]:
+        """The variants of a model this suite measures (e.g. routing iterations r = 1..5); default: the model as configured."""
+        return [Variant()]
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
         """How this suite's models are trained; the default is Sabour's shifted-MNIST protocol."""
