@@ -64,8 +64,8 @@ def cuda_peak_bytes(model: nn.Module, spec: StepSpec, device: str) -> int:
 
 @dataclass
 class RssPeak:
-    """Peak resident set size of the probe process (bytes), and how far the step raised it above the
-    RSS just before the step (model built, inputs not yet made)."""
+    """Peak resident set size of the probe process during the step (bytes; VmHWM reset just before it),
+    and how far the step raised it above the RSS just before the step (model built, inputs not yet made)."""
 
     peak: int
     step: int

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 
 import torch
@@ -23,8 +22,21 @@ def current_rss() -> int:
 
 
 def peak_rss() -> int:
-    """Peak resident set size of this process so far, in bytes (ru_maxrss is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """Peak resident set size (VmHWM) of this process since start or the last reset_peak_rss(), in bytes.
+
+    Not getrusage's ru_maxrss: Linux carries the parent's RSS at fork into the child's ru_maxrss.
+    """
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    raise RuntimeError("no VmHWM in /proc/self/status: peak RSS needs Linux")
+
+
+def reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to /proc/self/clear_refs)."""
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
 
 
 def main(argv: list[str]) -> None:
@@ -34,9 +46,10 @@ def main(argv: list[str]) -> None:
     args = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.model_args.items()}
     model = create_model(spec.model, **args)
     before = current_rss()
+    reset_peak_rss()
     run_step(model, spec, "cpu")
     peak = peak_rss()
-    sys.stdout.write(json.dumps({"peak_rss": peak, "step_rss": max(0, peak - before)}) + "\n")
+    sys.stdout.write(json.dumps({"peak_rss": peak, "step_rss": peak - before}) + "\n")
 
 
 if __name__ == "__main__":
