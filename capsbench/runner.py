@@ -14,10 +14,10 @@ from capsbench import report
 from capsbench.atomic import write_text
 from capsbench.config import to_dict, to_yaml
 from capsbench.data import Splits, load_splits
-from capsbench.plots import save_figure
 from capsbench.models import create_model
-from capsbench.suites import SUITES, Context, Suite, Variant
+from capsbench.plots import save_figure
 from capsbench.protocols import TrainingProtocol
+from capsbench.suites import SUITES, Context, Suite, Variant
 from capsbench.tracking import ChildRun, Tracker, environment_tags, flatten
 from capsbench.training import model_config, obtain_model
 

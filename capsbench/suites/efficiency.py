@@ -57,7 +57,6 @@ class EfficiencySuite(Suite):
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p: EfficiencyParams = ctx.params
-        check_precision(p.precision)
         spec = ctx.splits.spec
         side = ctx.protocol.input_size(spec.image_size)
         shape = (spec.in_channels, side, side)

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from capsbench.errors import CapsbenchError
 from capsbench.cost.precision import autocast, check_precision, maybe_compile
 from capsbench.cost.timing import median_seconds
+from capsbench.errors import CapsbenchError
 from capsbench.evaluation import accuracy
 from capsbench.models import MODELS
 from capsbench.plots import SweepPlot
