@@ -88,3 +88,9 @@ def test_peak_rss_probe_sees_a_training_step_larger_than_inference():
     # conv1 activations alone: 256 images x 8 x 20 x 20 x 4 bytes = 3.3 MB; training keeps them and their gradients.
     assert infer.step > 2**20 and train.step > infer.step
     assert train.peak > train.step
+
+
+def test_time_pair_alternates_and_keeps_the_order():
+    fast, slow = (lambda: time.sleep(0.002)), (lambda: time.sleep(0.02))
+    a, b = rb.time_pair(fast, slow, "cpu", warmup=1, repeats=3)
+    assert a < b and b == pytest.approx(0.02, rel=0.5)

@@ -4,6 +4,7 @@ many public CapsNets use, forward and backward, same inputs, same run. Driven by
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -96,8 +97,15 @@ def max_differences(setup: Setup) -> dict[str, float]:
     }
 
 
-def time_step(step, device: str, warmup: int, repeats: int) -> float:
-    return median_seconds(step, device=device, warmup=warmup, repeats=repeats)
+def time_pair(first, second, device: str, warmup: int, repeats: int) -> tuple[float, float]:
+    """Median seconds of two steps timed alternately, so that a shared machine's load hits both alike."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for rep in range(warmup + repeats):
+        for step, out in ((first, times[0]), (second, times[1])):
+            seconds = median_seconds(step, device=device, warmup=0, repeats=1)
+            if rep >= warmup:
+                out.append(seconds)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def peak_memory_bytes(which: str, batch: int, precision: str, device: str) -> int:
