@@ -89,13 +89,20 @@ def routing_inputs(model: nn.Module, module: nn.Module, x: torch.Tensor) -> tupl
 def time_iterations(
     module: nn.Module, inputs: tuple[torch.Tensor, ...], *, max_iterations: int, device: str, warmup: int, repeats: int
 ) -> IterationTiming:
-    """Time `module(*inputs)` at iterations = 1..max_iterations and fit the slope; restores `iterations`."""
+    """Time `module(*inputs)` at iterations = 1..max_iterations and fit the slope; restores `iterations`.
+
+    The r values are timed in turn within each repeat, so that load on a shared machine hits them alike.
+    """
     original = module.iterations
-    seconds: dict[int, float] = {}
+    samples: dict[int, list[float]] = {r: [] for r in range(1, max_iterations + 1)}
     try:
-        for r in range(1, max_iterations + 1):
-            module.iterations = r
-            seconds[r] = median_seconds(lambda: module(*inputs), device=device, warmup=warmup, repeats=repeats)
+        for rep in range(warmup + repeats):
+            for r in samples:
+                module.iterations = r
+                took = time_call(lambda: module(*inputs), device=device, warmup=0, repeats=1)[0]
+                if rep >= warmup:
+                    samples[r].append(took)
+        seconds = {r: statistics.median(t) for r, t in samples.items()}
         events = None
         if device.startswith("cuda") and hasattr(module, "on_iteration"):
             events = _event_iteration_seconds(module, inputs, max_iterations, warmup, repeats)
