@@ -60,10 +60,7 @@ class EfficiencySuite(Suite):
         spec = ctx.splits.spec
         side = ctx.protocol.input_size(spec.image_size)
         shape = (spec.in_channels, side, side)
-        counts = parameter_counts(ctx.model)
-        present = [part for part in PARTS if counts[part] > 0]  # a CNN has no routing or decoder part
-        records = [{"metric": "params", "value": counts[part] / 1e6, "part": part} for part in [*present, "total"]]
-        records += self._counts(ctx.model, shape, present)
+        records = self._counts(ctx.model, shape)
         timing = {"device": device_label(ctx.device), "dtype": dtype_label(p.precision)}
         if p.memory:
             records += [{**r, **timing} for r in self._memory(ctx, shape)]
@@ -72,9 +69,12 @@ class EfficiencySuite(Suite):
         return records
 
     @staticmethod
-    def _counts(model: torch.nn.Module, shape: tuple[int, int, int], parts: list[str]) -> list[dict[str, Any]]:
+    def _counts(model: torch.nn.Module, shape: tuple[int, int, int]) -> list[dict[str, Any]]:
         report = count_macs(model, shape)
-        rows: list[dict[str, Any]] = []
+        params = parameter_counts(model)
+        # Parts the model has: a CNN has no routing or decoder part.
+        parts = [p for p in PARTS if params[p] or report.macs[p] or report.elementwise[p]]
+        rows: list[dict[str, Any]] = [{"metric": "params", "value": params[p] / 1e6, "part": p} for p in [*parts, "total"]]
         for part in parts:
             rows.append({"metric": "macs", "value": report.macs[part] / 1e6, "part": part})
             rows.append({"metric": "elementwise_ops", "value": report.elementwise[part] / 1e6, "part": part})
