@@ -81,6 +81,7 @@ def test_benchmark_formulations_give_equal_outputs_and_gradients():
     assert diffs["output"] < 1e-5 and diffs["grad_u"] < 1e-5 and diffs["grad_W"] < 1e-5
 
 
+@pytest.mark.slow  # two fresh Python processes importing torch
 def test_peak_rss_probe_sees_a_training_step_larger_than_inference():
     args = {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": [16]}
     infer = cpu_peak_rss(StepSpec("capsnet", args, (1, 28, 28), 256, "infer"))
