@@ -19,7 +19,7 @@ def test_efficiency_smoke_end_to_end(tmp_path, mnist_root):
     with open(tmp_path / "out" / "efficiency" / "records.csv") as fh:
         rows = list(csv.DictReader(fh))
     peaks = [r for r in rows if r["metric"] == "peak_memory"]
-    assert {(r["mode"], r["batch"]) for r in peaks} == {("infer", "1"), ("infer", "8"), ("train", "1"), ("train", "8")}
+    assert {(r["mode"], float(r["batch"])) for r in peaks} == {("infer", 1), ("infer", 8), ("train", 1), ("train", 8)}
     assert all(float(r["value"]) > 0 for r in peaks)
     assert any(r["metric"] == "routing_iteration_latency" for r in rows)
     client = MlflowClient(uri)
