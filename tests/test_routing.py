@@ -44,3 +44,26 @@ def test_one_iteration_is_uniform_coupling():
 def test_routing_iterations_must_be_positive():
     with pytest.raises(ValueError, match=">= 1"):
         DynamicRouting(iterations=0)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+def test_hand_written_backward_equals_autograd_of_reference(iterations):
+    torch.manual_seed(0)
+    u_hat = torch.randn(3, 20, 6, 5, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 6, 5, dtype=torch.float64)  # a generic loss: sum(weights * v)
+    (grad,) = torch.autograd.grad((DynamicRouting(iterations=iterations)(u_hat) * weights).sum(), u_hat)
+    (grad_ref,) = torch.autograd.grad((reference_routing(u_hat, iterations)[0] * weights).sum(), u_hat)
+    assert torch.allclose(grad, grad_ref, atol=1e-10)
+
+
+def test_routing_gradcheck():
+    u_hat = torch.randn(2, 7, 3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: DynamicRouting(iterations=3)(x), (u_hat,))
+
+
+def test_iteration_hook_is_called_once_per_iteration():
+    routing = DynamicRouting(iterations=4)
+    seen = []
+    routing.on_iteration = seen.append
+    routing(torch.randn(2, 5, 3, 4))
+    assert seen == [0, 1, 2, 3]

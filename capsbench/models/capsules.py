@@ -71,6 +71,8 @@ class CapsuleVotes(nn.Module):
     Shapes: u (B, in_caps, in_dim) -> u_hat (B, in_caps, out_caps, out_dim).
     """
 
+    cost_part = "routing"  # efficiency reports: the transformation matrices W_ij are routing weights
+
     def __init__(self, *, in_caps: int, in_dim: int, out_caps: int, out_dim: int, init_std: float = 0.01):
         super().__init__()
         self.out_caps, self.out_dim = out_caps, out_dim
@@ -88,6 +90,8 @@ class Decoder(nn.Module):
     Masked by the label when labels are given (training), by the longest capsule otherwise.
     Shapes: poses (B, C, D) -> (B, *image_shape).
     """
+
+    cost_part = "decoder"  # efficiency reports: counted apart from the classifier
 
     def __init__(self, *, num_classes: int, caps_dim: int, hidden: tuple[int, ...], image_shape: tuple[int, int, int]):
         super().__init__()

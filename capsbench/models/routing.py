@@ -2,10 +2,89 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from capsbench.models.capsules import squash
+
+
+def _fp32(t: torch.Tensor) -> torch.Tensor:
+    """Softmax and squash run in at least fp32 even when the votes are bf16."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
+def route(
+    votes: torch.Tensor, batch: int, iterations: int, hook: Callable[[int], None] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Procedure 1 on votes (B*out, in, D): v (B, out, D), the last coupling c (B, out, in), and the
+    per-iteration c's, s's and v's that the backward needs."""
+    n, in_caps, dim = votes.shape
+    out_caps = n // batch
+    b_logits = votes.new_zeros(batch, out_caps, in_caps, dtype=_fp32(votes).dtype)  # (B, out, in)
+    saved_c, saved_s, saved_v = [], [], []
+    for it in range(iterations):
+        c = torch.softmax(b_logits, dim=1)  # (B, out, in): sums to 1 over output capsules
+        s = torch.bmm(c.reshape(n, 1, in_caps).to(votes.dtype), votes)  # (B*out, 1, D)
+        v = squash(_fp32(s).view(batch, out_caps, dim))  # (B, out, D)
+        saved_c.append(c)
+        saved_s.append(s)
+        saved_v.append(v)
+        if it < iterations - 1:
+            agreement = torch.bmm(votes, v.view(n, dim, 1).to(votes.dtype))  # (B*out, in, 1)
+            b_logits = b_logits + agreement.view(batch, out_caps, in_caps)
+        if hook is not None:
+            hook(it)
+    return v, c, [*saved_c, *saved_s, *saved_v]
+
+
+class _RoutingFunction(torch.autograd.Function):
+    """Procedure 1 with a hand-written backward.
+
+    Autograd would differentiate every bilinear op separately: 2r - 1 outer products of the size of
+    the votes, accumulated one by one, and matrix-vector products in layouts BLAS handles slowly.
+    This backward collects the factors of all of them and writes the votes' gradient in one batched
+    matmul. Forward ops are the plain ones, so outputs are bit-identical to the autograd version.
+    Shapes: votes (N = B*out, in, D); returns v (B, out, D) and the last coupling c (B, out, in).
+    """
+
+    @staticmethod
+    def forward(ctx, votes: torch.Tensor, batch: int, iterations: int, hook: Callable[[int], None] | None):
+        v, c, saved = route(votes, batch, iterations, hook)
+        ctx.save_for_backward(votes, *saved)
+        ctx.batch, ctx.iterations = batch, iterations
+        ctx.mark_non_differentiable(c)
+        return v, c
+
+    @staticmethod
+    def backward(ctx, grad_v: torch.Tensor, _grad_c: torch.Tensor):
+        votes, *saved = ctx.saved_tensors
+        r, batch = ctx.iterations, ctx.batch
+        cs, ss, vs = saved[:r], saved[r : 2 * r], saved[2 * r :]
+        n, in_caps, dim = votes.shape
+        out_caps = n // batch
+        left, right = [], []  # grad_votes = sum_k left_k (N, in, 1) x right_k (N, 1, D)
+        grad_b = None  # gradient w.r.t. the routing logits after the current iteration
+        for it in reversed(range(r)):
+            g_v = grad_v if it == r - 1 else torch.zeros_like(vs[it])
+            if grad_b is not None:  # b_{it+1} = b_it + votes . v_it
+                g_a = grad_b.reshape(n, 1, in_caps)  # (B*out, 1, in)
+                g_v = g_v + torch.bmm(g_a.to(votes.dtype), votes).view_as(g_v).to(g_v.dtype)  # (B, out, D)
+                left.append(g_a)
+                right.append(vs[it].reshape(n, 1, dim))
+            with torch.enable_grad():
+                s = _fp32(ss[it]).detach().requires_grad_()
+                (g_s,) = torch.autograd.grad(squash(s.view(batch, out_caps, dim)), s, g_v)  # (B*out, 1, D)
+            g_c = torch.bmm(votes, g_s.reshape(n, dim, 1).to(votes.dtype)).view(batch, out_caps, in_caps)
+            c = cs[it]
+            g_logits = c * (g_c - (c * g_c).sum(dim=1, keepdim=True))  # softmax backward over out
+            grad_b = g_logits if grad_b is None else grad_b + g_logits
+            left.append(c.reshape(n, 1, in_caps))
+            right.append(g_s)
+        lhs = torch.cat(left, dim=1).transpose(1, 2).to(votes.dtype)  # (B*out, in, K)
+        rhs = torch.cat(right, dim=1).to(votes.dtype)  # (B*out, K, D)
+        return torch.bmm(lhs, rhs), None, None, None
 
 
 class DynamicRouting(nn.Module):
@@ -17,24 +96,24 @@ class DynamicRouting(nn.Module):
     Args:
         iterations: routing iterations r (>= 1; Sabour: 3).
     Shapes: u_hat (B, in_caps, out_caps, out_dim) -> v (B, out_caps, out_dim).
+    `on_iteration`, when set, is called with the iteration index after each iteration (timing hooks).
     """
+
+    cost_part = "routing"
 
     def __init__(self, *, iterations: int = 3):
         super().__init__()
         if iterations < 1:
             raise ValueError(f"routing iterations must be >= 1, got {iterations}")
         self.iterations = iterations
+        self.on_iteration: Callable[[int], None] | None = None
 
     def forward(self, u_hat: torch.Tensor, return_coupling: bool = False):
         batch, in_caps, out_caps, out_dim = u_hat.shape
         # One copy into the layout both batched matmuls read: rows are (image, output capsule).
         votes = u_hat.permute(0, 2, 1, 3).reshape(batch * out_caps, in_caps, out_dim)  # (B*out, in, D)
-        b_logits = u_hat.new_zeros(batch, out_caps, in_caps)  # (B, out, in)
-        for it in range(self.iterations):
-            c = torch.softmax(b_logits, dim=1)  # (B, out, in): sums to 1 over output capsules
-            s = torch.bmm(c.reshape(batch * out_caps, 1, in_caps), votes)  # (B*out, 1, D)
-            v = squash(s.view(batch, out_caps, out_dim))  # (B, out, D)
-            if it < self.iterations - 1:
-                agreement = torch.bmm(votes, v.view(batch * out_caps, out_dim, 1))  # (B*out, in, 1)
-                b_logits = b_logits + agreement.view(batch, out_caps, in_caps)
+        if votes.requires_grad and torch.is_grad_enabled() and not torch.jit.is_tracing():
+            v, c = _RoutingFunction.apply(votes, batch, self.iterations, self.on_iteration)
+        else:  # inference and tracing (op counters): the same ops, nothing saved for a backward
+            v, c, _ = route(votes, batch, self.iterations, self.on_iteration)
         return (v, c.transpose(1, 2)) if return_coupling else v

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from matplotlib.figure import Figure
@@ -46,6 +46,15 @@ class Context:
     seed: int
     protocol: TrainingProtocol
     resources: Any = None  # what the suite's prepare() returned, shared by every model and seed
+    model_args: dict[str, Any] = field(default_factory=dict)  # the constructor arguments the model was built with
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One entry of a suite's plan for a model: constructor overrides and the record columns that name it."""
+
+    model_args: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +72,11 @@ class Suite:
     plots: ClassVar[tuple[SweepPlot, ...]] = ()  # drawn from the records by the report layer
     table_metrics: ClassVar[tuple[str, ...] | None] = None  # metrics shown in the table; None = all
     Params: ClassVar[type] = NoParams
+    needs_training: ClassVar[bool] = True  # False: the runner builds fresh models (seeded) at the budget's sizes
+
+    def variants(self, cfg: Any, model_name: str) -> list[Variant]:
+        """The variants of a model this suite measures (e.g. routing iterations r = 1..5); default: the model as configured."""
+        return [Variant()]
 
     def validate(self, cfg: Any) -> None:
         """Raise a CapsbenchError when the composed config cannot work for this suite (runs before any training)."""

@@ -1,0 +1,78 @@
+"""What routing iterations buy: CapsNet trained at r = 1..N, test accuracy and latency against r
+(the shape of Table 1 of Sabour et al., arXiv:1710.09829, plus timing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from capsbench.cost.precision import autocast, check_precision, maybe_compile
+from capsbench.cost.timing import median_seconds
+from capsbench.errors import CapsbenchError
+from capsbench.evaluation import accuracy
+from capsbench.models import MODELS
+from capsbench.plots import SweepPlot
+from capsbench.suites.base import Context, Metric, Suite, Variant
+
+
+@dataclass
+class RoutingParams:
+    iterations: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # r of each trained variant
+    large_batch: int = 64  # throughput
+    warmup: int = 2
+    repeats: int = 7
+    precision: str = "fp32"  # of the timing: fp32 or bf16 autocast (routing softmax and squash stay fp32)
+    compile: bool = False  # torch.compile the model for the timing
+
+
+class RoutingSuite(Suite):
+    name = "routing"
+    description = "CapsNet trained at r = 1..5 routing iterations: test accuracy and latency against r"
+    Params = RoutingParams
+    sweep_columns = ("r",)
+    metrics = (
+        Metric("test_accuracy", "%", True, "top-1 test accuracy of the variant trained at r iterations"),
+        Metric("test_error", "%", False, "100 - test_accuracy"),
+        Metric("latency", "ms", False, "median forward time at batch 1 (eval, no grad)"),
+        Metric("throughput", "img/s", True, "large batch / median forward time"),
+    )
+    plots = (
+        SweepPlot("accuracy_vs_r", "test_accuracy", "r", xlabel="routing iterations r", ylabel="test accuracy [%]"),
+        SweepPlot("latency_vs_r", "latency", "r", xlabel="routing iterations r", ylabel="latency at batch 1 [ms]"),
+    )
+
+    def validate(self, cfg: Any) -> None:
+        check_precision(cfg.params.precision)
+        if not cfg.params.iterations or min(cfg.params.iterations) < 1:
+            raise CapsbenchError(f"params.iterations must be a non-empty list of r >= 1, got {list(cfg.params.iterations)}")
+
+    def variants(self, cfg: Any, model_name: str) -> list[Variant]:
+        if "routing_iterations" not in MODELS.get(model_name).arguments():
+            return [Variant()]  # a model without routing is measured once, as a reference row
+        return [Variant(model_args={"routing_iterations": r}, columns={"r": r}) for r in cfg.params.iterations]
+
+    def measure(self, ctx: Context) -> list[dict[str, Any]]:
+        p: RoutingParams = ctx.params
+        split = ctx.splits
+        acc = 100.0 * accuracy(
+            ctx.model, split.test_x, split.test_y, batch_size=ctx.batch_size, device=ctx.device,
+            transform=ctx.protocol.eval_inputs,
+        )
+        records = [{"metric": "test_accuracy", "value": acc}, {"metric": "test_error", "value": 100.0 - acc}]
+        model = maybe_compile(ctx.model.eval(), p.compile)
+        side = ctx.protocol.input_size(split.spec.image_size)
+        for batch in (1, p.large_batch):
+            x = torch.rand(batch, split.spec.in_channels, side, side, device=ctx.device)
+
+            def forward() -> None:
+                with torch.no_grad(), autocast(ctx.device, p.precision):
+                    model(x)
+
+            seconds = median_seconds(forward, device=ctx.device, warmup=p.warmup, repeats=p.repeats)
+            if batch == 1:
+                records.append({"metric": "latency", "value": 1e3 * seconds})
+            else:
+                records.append({"metric": "throughput", "value": batch / seconds})
+        return records

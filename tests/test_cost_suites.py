@@ -1,0 +1,62 @@
+"""The efficiency and routing suites through the runner on synthetic data: fresh models without training,
+variants expanded into record columns, parameters validated before anything runs."""
+
+import pandas as pd
+import pytest
+
+from capsbench import runner
+from capsbench.config import compose
+from capsbench.errors import CapsbenchError
+from capsbench.suites import SUITES
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch, tiny_splits):
+    """run(*overrides): the smoke budget on synthetic splits, everything under tmp_path, MLflow off."""
+    monkeypatch.setattr(runner, "load_data", lambda cfg: tiny_splits)
+
+    def go(*overrides):
+        cfg = compose([*overrides, "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu"])
+        return runner.run_suite(cfg)
+
+    return go
+
+
+def test_efficiency_builds_fresh_models_and_reports_every_metric(tmp_path, run):
+    result = run("suite=efficiency", "models=[capsnet,cnn_9x9]", "params.repeats=1",
+                 "params.warmup=0", "params.routing_max_iterations=2")
+    frame = pd.DataFrame(result.records)
+    assert not (tmp_path / "checkpoints").exists()  # nothing trained, nothing cached
+    caps = frame[frame.model == "capsnet"]
+    assert set(caps.metric) >= {"params", "macs", "flops", "flopcounter_macs", "latency", "throughput",
+                                "routing_latency", "routing_iteration_latency"}
+    assert sorted(caps[caps.metric == "routing_latency"].r.dropna().unique()) == [1, 2]
+    macs = caps[(caps.metric == "macs") & (caps.part == "total")].value.item()
+    assert caps[caps.metric == "flops"].value.item() == pytest.approx(2 * macs)
+    assert caps[caps.metric == "flopcounter_macs"].value.item() == pytest.approx(macs)
+    cnn = frame[frame.model == "cnn_9x9"]
+    assert "routing_iteration_latency" not in set(cnn.metric)
+    assert set(cnn[cnn.metric == "params"].part) == {"encoder", "total"}
+    assert "slope" in caps[caps.metric == "routing_iteration_latency"].method.iloc[0]
+
+
+def test_routing_suite_trains_one_variant_per_r(tmp_path, run):
+    result = run("suite=routing", "params.iterations=[1,2]", "train.epochs=1",
+                 "params.repeats=1", "params.warmup=0")
+    frame = pd.DataFrame(result.records)
+    assert sorted(frame[frame.metric == "test_accuracy"].r) == [1, 2]
+    assert (tmp_path / "routing" / "accuracy_vs_r.png").exists()
+    assert "test_accuracy (r=1)" in result.markdown
+
+
+def test_routing_variants_leave_models_without_routing_alone():
+    cfg = compose(["suite=routing", "budget=smoke", "device=cpu"])
+    suite = SUITES.get("routing")()
+    assert [v.model_args for v in suite.variants(cfg, "capsnet")] == [{"routing_iterations": r} for r in (1, 2, 3)]
+    assert [v.columns for v in suite.variants(cfg, "cnn_9x9")] == [{}]
+
+
+@pytest.mark.parametrize("suite", ["efficiency", "routing"])
+def test_fp16_is_refused_before_anything_runs(run, suite):
+    with pytest.raises(CapsbenchError, match="fp16"):
+        run(f"suite={suite}", "params.precision=fp16")
