@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from capsbench import report
 from capsbench.atomic import write_text
+from capsbench.baselines import load_baselines, matching
 from capsbench.config import to_dict, to_yaml
 from capsbench.data import Splits, load_splits
 from capsbench.models import create_model
@@ -60,6 +61,7 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
     resources = suite.prepare(cfg, splits)
     out_dir = Path(cfg.output_dir) / cfg.suite
     records: list[dict[str, Any]] = []
+    built_with: dict[str, set[tuple]] = {}  # model -> the constructor arguments of its variants
     with tracker.parent(f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags, to_yaml(cfg)):
         for model_name in cfg.models:
             for variant in suite.variants(cfg, model_name):
@@ -70,6 +72,7 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
                     child_params = {"model": model_name, "dataset": cfg.dataset, "seed": seed, **variant.columns}
                     with tracker.child(run_name, child_params, {**tags, "model": model_name}) as child:
                         model, model_args = _model(suite, vcfg, model_name, seed, splits, protocol, child)
+                        built_with.setdefault(model_name, set()).add(tuple(sorted((k, str(v)) for k, v in model_args.items())))
                         ctx = Context(
                             model=model.eval(), model_name=model_name, splits=splits, params=cfg.params,
                             device=cfg.device, batch_size=cfg.train.eval_batch_size, seed=seed, protocol=protocol,
@@ -88,11 +91,23 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
                             for path in save_figure(fig, out_dir / "figures" / f"{name}-{model_name}{suffix}-s{seed}")
                         ]
                         child.log_artifacts(figure_paths)
-        paths = report.write_outputs(out_dir, records, suite_cls, notes=suite.notes(records, cfg.params))
+        paths = report.write_outputs(
+            out_dir, records, suite_cls, published_beside(cfg.suite, built_with), notes=suite.notes(records, cfg.params)
+        )
         config_path = out_dir / "config.yaml"
         write_text(config_path, to_yaml(cfg))
         tracker.log_artifacts([*paths.values(), config_path])
     return SuiteResult(records, {**paths, "config.yaml": config_path}, paths["table.md"].read_text(), tracker.parent_id)
+
+
+def published_beside(suite: str, built_with: dict[str, set[tuple]]) -> list[dict[str, Any]]:
+    """Published numbers (baselines/) for the models measured, matched on their constructor arguments.
+
+    A model measured in several variants (e.g. routing iterations) gets none here: its rows differ in the
+    arguments a published number is tied to; `capsbench report` handles that per invocation.
+    """
+    single = {model: dict(next(iter(args))) for model, args in built_with.items() if len(args) == 1}
+    return matching(load_baselines(), suite=suite, model_args=single)
 
 
 def with_model_args(cfg: DictConfig, model_name: str, variant: Variant) -> DictConfig:

@@ -39,7 +39,10 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
             assert float(r["value"]) > 50.0, f"{r['model']} at {r['value']} % is not well above chance (10 %)"
     for name in ("table.md", "table.tex", "table.csv", "config.yaml"):
         assert (out / name).stat().st_size > 0
-    assert "**" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert "**" in table
+    assert "| capsnet |" in table and "0.25 ± 0.005 [1]" in table  # Sabour's Table 1 beside the measured error
+    assert "arXiv:1710.09829" in table
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("capsbench")
