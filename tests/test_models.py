@@ -77,3 +77,13 @@ def test_unknown_model_and_argument_errors():
 def test_registry_descriptions_present():
     for name in MODELS:
         assert MODELS.get(name).description
+
+
+@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("channels,size,classes", [(3, 32, 10), (1, 32, 5)])  # CIFAR-10/SVHN, smallNORB crops
+def test_models_accept_other_dataset_shapes(name, channels, size, classes):
+    model = create_model(name, **tiny_args(name), in_channels=channels, image_size=size, num_classes=classes)
+    y = torch.arange(2) % classes
+    out = model(torch.rand(2, channels, size, size), y)
+    assert out.scores.shape == out.logits.shape == (2, classes)
+    assert torch.isfinite(model.loss(out, y, torch.rand(2, channels, size, size))).all()
