@@ -36,7 +36,8 @@ def test_em_routing_matches_a_literal_float64_procedure_1():
     with torch.no_grad():
         routing.beta_u.copy_(torch.tensor([0.1, -0.2, 0.3]))
         routing.beta_a.copy_(torch.tensor([1.0, 0.0, -1.0]))
-    mu, a = routing(votes, a_in)
+    mu, logits = routing(votes, a_in)
+    a = torch.sigmoid(logits)
     ref_mu, ref_a = reference_em(votes, a_in, routing.beta_u.detach(), routing.beta_a.detach(), 0.05, 3)
     # the moment-expanded variance differs from the literal one only through the epsilons (~1e-6)
     assert torch.allclose(mu, ref_mu, atol=1e-5) and torch.allclose(a, ref_a, atol=1e-5)
@@ -46,7 +47,8 @@ def test_em_routing_matches_a_literal_float64_procedure_1():
 def test_em_assignments_sum_to_one_over_parents_and_activations_in_open_interval():
     torch.manual_seed(1)
     routing = EMRouting(out_types=5, iterations=3)
-    mu, a, r = routing(torch.randn(6, 5, 20, 16), torch.rand(6, 20), return_assignments=True)
+    mu, logits, r = routing(torch.randn(6, 5, 20, 16), torch.rand(6, 20), return_assignments=True)
+    a = torch.sigmoid(logits)
     assert torch.allclose(r.sum(dim=1), torch.ones(6, 20), atol=1e-6)
     assert ((a > 0) & (a < 1)).all() and mu.shape == (6, 5, 16)
 
@@ -55,16 +57,16 @@ def test_em_e_step_assigns_each_vote_to_the_gaussian_it_came_from():
     mu = torch.tensor([[[0.0] * 16, [10.0] * 16]])  # (1, 2 parents, 16)
     sigma2 = torch.ones(1, 2, 16)
     votes = torch.stack([torch.zeros(16), torch.full((16,), 10.0)]).expand(1, 2, 2, 16)  # child 0 at mu_0, child 1 at mu_1
-    r = e_step(mu, sigma2, torch.tensor([[0.5, 0.5]]), votes, votes ** 2)  # (1, out, in)
+    r = e_step(mu, sigma2, torch.zeros(1, 2), votes, votes ** 2)  # equal activations 0.5; r (1, out, in)
     assert torch.allclose(r[0], torch.eye(2), atol=1e-6)
 
 
 def test_em_identical_votes_do_not_collapse_the_variance():
     votes = torch.ones(2, 3, 8, 16, requires_grad=True)  # every child agrees exactly: sigma^2 would be 0
-    mu, sigma2, a = m_step(torch.full((2, 3, 8), 1 / 3), torch.rand(2, 8), votes, votes ** 2,
+    mu, sigma2, logits = m_step(torch.full((2, 3, 8), 1 / 3), torch.rand(2, 8), votes, votes ** 2,
                            torch.zeros(3), torch.zeros(3), 0.01)
-    assert (sigma2 > 0).all() and torch.isfinite(a).all()
-    a.sum().backward()
+    assert (sigma2 > 0).all() and torch.isfinite(logits).all()
+    logits.sum().backward()
     assert torch.isfinite(votes.grad).all()
 
 
@@ -73,8 +75,8 @@ def test_em_gradients_finite_at_three_iterations():
     votes = torch.randn(3, 4, 12, 16, requires_grad=True)
     a_in = torch.rand(3, 12, requires_grad=True)
     routing = EMRouting(out_types=4, iterations=3)
-    mu, a = routing(votes, a_in)
-    (mu.square().mean() + a.sum()).backward()
+    mu, logits = routing(votes, a_in)
+    (mu.square().mean() + torch.sigmoid(logits).sum()).backward()
     for g in (votes.grad, a_in.grad, routing.beta_u.grad, routing.beta_a.grad):
         assert g is not None and torch.isfinite(g).all() and g.abs().sum() > 0
 

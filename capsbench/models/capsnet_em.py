@@ -8,7 +8,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from capsbench.models.base import Classifier, ModelOutput
-from capsbench.models.capsules import capsule_logits
 from capsbench.models.matrix_capsules import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps
 
 STD_EPS = 1e-5
@@ -31,6 +30,8 @@ def spread_loss(activations: torch.Tensor, labels: torch.Tensor, margin: float) 
 class CapsNetEM(Classifier):
     """ReLU conv 5x5/2 (A) -> primary capsules (B) -> conv caps 3x3/2 (C) -> conv caps 3x3/1 (D) -> class capsules.
 
+    Scores are the class activations; logits are their pre-sigmoid values lambda (beta_a - sum_h cost_h),
+    which keep gradients where activations saturate (for attacks: argmax is the same).
     Images are standardised per image inside the model (the paper's smallNORB preprocessing). The
     spread-loss margin grows linearly from 0.2 to 0.9 over `margin_steps` training steps, counted in
     a buffer so that it is saved with the checkpoint.
@@ -78,8 +79,8 @@ class CapsNetEM(Classifier):
         pose, a = self.primary(h)
         pose, a = self.caps1(pose, a)
         pose, a = self.caps2(pose, a)
-        poses, act = self.classes(pose, a)  # (B, classes, 16), (B, classes)
-        return ModelOutput(scores=act, logits=capsule_logits(act), poses=poses)
+        poses, logits = self.classes(pose, a)  # (B, classes, 16), (B, classes)
+        return ModelOutput(scores=torch.sigmoid(logits), logits=logits, poses=poses)
 
     def margin(self) -> float:
         """The current spread-loss margin: 0.2 at the first step, 0.9 from `margin_steps` on."""

@@ -69,8 +69,9 @@ class ConvMatrixCaps(nn.Module):
         m = self._windows(pose, POSE).view(n * out_h * out_w, -1, 4, 4)  # (N*L, kk*T, 4, 4)
         a_in = self._windows(a.unsqueeze(-1), 1).squeeze(-1)  # (N*L, kk*T)
         votes = torch.einsum("nirk,iokc->noirc", m, self.weight).flatten(3)  # (N*L, out, kk*T, 16)
-        mu, a_out = self.routing(votes, a_in)  # (N*L, out, 16), (N*L, out)
-        return mu.view(n, out_h, out_w, self.out_types, POSE), a_out.view(n, out_h, out_w, self.out_types)
+        mu, logits = self.routing(votes, a_in)  # (N*L, out, 16), (N*L, out)
+        a_out = torch.sigmoid(logits).view(n, out_h, out_w, self.out_types)
+        return mu.view(n, out_h, out_w, self.out_types, POSE), a_out
 
 
 class ClassMatrixCaps(nn.Module):
@@ -79,7 +80,8 @@ class ClassMatrixCaps(nn.Module):
     Coordinate addition: the scaled (row, column) of each capsule's receptive-field centre, in (0, 1),
     is added to the first two entries of the right-hand column of its vote matrix.
 
-    Shapes: poses (N, H, W, types, 16), activations (N, H, W, types) -> poses (N, classes, 16), activations (N, classes).
+    Shapes: poses (N, H, W, types, 16), activations (N, H, W, types)
+        -> poses (N, classes, 16), activation logits (N, classes) (activations are their sigmoid).
     """
 
     def __init__(self, *, in_types: int, num_classes: int, iterations: int = 3, inverse_temperature: float = 0.01):
