@@ -87,3 +87,15 @@ def test_models_accept_other_dataset_shapes(name, channels, size, classes):
     out = model(torch.rand(2, channels, size, size), y)
     assert out.scores.shape == out.logits.shape == (2, classes)
     assert torch.isfinite(model.loss(out, y, torch.rand(2, channels, size, size))).all()
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_attack_logits_give_finite_nonzero_input_gradients(name):
+    """Cross-entropy on the logits must reach the pixels: no routing step may mask gradients."""
+    torch.manual_seed(0)
+    model = create_model(name, **tiny_args(name)).eval()
+    x = torch.rand(2, 1, 28, 28, requires_grad=True)
+    out = model(x)
+    assert torch.isfinite(out.logits).all()
+    torch.nn.functional.cross_entropy(out.logits, torch.tensor([1, 2])).backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
