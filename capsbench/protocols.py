@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from capsbench.data import Splits, random_shift
+from capsbench.data import DATASETS, Splits, random_shift
 from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
 from capsbench.evaluation import accuracy
 from capsbench.models import Classifier
@@ -82,3 +82,43 @@ class CanvasProtocol(TrainingProtocol):
 
     def identity(self) -> dict[str, Any]:
         return {"protocol": self.name, "canvas": self.canvas}
+
+
+class RandomCropProtocol(TrainingProtocol):
+    """Random `size` x `size` crops for training, the centre crop for validation and test (Hinton et al. 2018 on
+    smallNORB: 32x32 crops of 48x48 images). Single labels."""
+
+    name = "crop"
+
+    def __init__(self, *, size: int) -> None:
+        super().__init__(max_shift=0)
+        self.size = size
+
+    def input_size(self, image_size: int) -> int:
+        if image_size < self.size:
+            raise ValueError(f"crop size {self.size} is larger than the images ({image_size}x{image_size})")
+        return self.size
+
+    def _crop(self, images: torch.Tensor, top: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
+        span = torch.arange(self.size, device=images.device)
+        rows = (top.to(images.device).view(-1, 1) + span).view(-1, self.size, 1)  # (B, size, 1)
+        cols = (left.to(images.device).view(-1, 1) + span).view(-1, 1, self.size)  # (B, 1, size)
+        batch = torch.arange(len(images), device=images.device).view(-1, 1, 1)
+        return images.permute(0, 2, 3, 1)[batch, rows, cols].permute(0, 3, 1, 2)  # (B, C, size, size)
+
+    def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
+        top, left = torch.randint(0, images.shape[-1] - self.size + 1, (2, len(images)), generator=gen)
+        return Batch(self._crop(images, top, left), labels)
+
+    def eval_inputs(self, images: torch.Tensor) -> torch.Tensor:
+        offset = torch.full((len(images),), (images.shape[-1] - self.size) // 2)
+        return self._crop(images, offset, offset)
+
+    def identity(self) -> dict[str, Any]:
+        return {"protocol": self.name, "size": self.size}
+
+
+def dataset_protocol(dataset: str, max_shift: int) -> TrainingProtocol:
+    """The default protocol for a dataset: its registered crop if it has one, else Sabour's random shifts."""
+    crop = DATASETS.get(dataset).train_crop
+    return RandomCropProtocol(size=crop) if crop is not None else TrainingProtocol(max_shift=max_shift)

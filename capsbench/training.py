@@ -17,7 +17,7 @@ import capsbench
 from capsbench.checkpoints import CheckpointCache, content_key
 from capsbench.data import SPLIT_SEED, Splits, batches
 from capsbench.models import MODELS, Classifier, create_model
-from capsbench.protocols import TrainingProtocol
+from capsbench.protocols import TrainingProtocol, dataset_protocol
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class TrainedModel:
 
 
 def default_protocol(cfg: DictConfig) -> TrainingProtocol:
-    return TrainingProtocol(max_shift=cfg.data.max_shift)
+    return dataset_protocol(cfg.dataset, cfg.data.max_shift)
 
 
 def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:

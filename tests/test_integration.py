@@ -19,7 +19,7 @@ def run_cli(args):
 @pytest.fixture
 def smoke_args(tmp_path, mnist_root):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return uri, ["run", "suite=accuracy", "budget=smoke", f"output_dir={tmp_path / 'out'}",
+    return uri, ["run", "suite=accuracy", "budget=smoke", "models=[capsnet,cnn_sabour,cnn_9x9]", f"output_dir={tmp_path / 'out'}",
                  f"data.root={mnist_root}", "data.download=false", f"tracking.uri={uri}", "device=cpu"]
 
 

@@ -12,6 +12,10 @@ TINY = {
     "cnn_sabour": {"channels": (4, 4, 2), "fc": (8, 8)},
     "cnn_9x9": {"channels": (4, 4, 2), "fc": (8, 8)},
     "cnn_multimnist": {"channels": (4, 2), "fc": (8,)},
+    "capsnet_em": {"a_channels": 4, "b_types": 2, "c_types": 2, "d_types": 2},
+    "effcapsnet": {"channels": (4, 4, 4, 8), "primary_caps": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
+    "srcapsnet": {"backbone_channels": (4, 4, 4), "caps_types": 2, "caps_dim": 4},
+    "cnn_avgpool": {"backbone_channels": (4, 4, 4)},
 }
 
 
@@ -38,8 +42,9 @@ def test_forward_backward_and_output_contract(name):
     for pname, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), f"{name}.{pname} got no finite gradient"
         assert p.grad.abs().sum() > 0, f"{name}.{pname} has an all-zero gradient"
-    if model.is_capsule:
+    if out.poses is not None:  # class-capsule poses (srcapsnet's class layer has activations only)
         assert out.poses.shape[:2] == (3, 10)
+    if model.is_capsule:
         assert ((out.scores >= 0) & (out.scores < 1)).all()
 
 
@@ -77,3 +82,25 @@ def test_unknown_model_and_argument_errors():
 def test_registry_descriptions_present():
     for name in MODELS:
         assert MODELS.get(name).description
+
+
+@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("channels,size,classes", [(3, 32, 10), (1, 32, 5)])  # CIFAR-10/SVHN, smallNORB crops
+def test_models_accept_other_dataset_shapes(name, channels, size, classes):
+    model = create_model(name, **tiny_args(name), in_channels=channels, image_size=size, num_classes=classes)
+    y = torch.arange(2) % classes
+    out = model(torch.rand(2, channels, size, size), y)
+    assert out.scores.shape == out.logits.shape == (2, classes)
+    assert torch.isfinite(model.loss(out, y, torch.rand(2, channels, size, size))).all()
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_attack_logits_give_finite_nonzero_input_gradients(name):
+    """Cross-entropy on the logits must reach the pixels: no routing step may mask gradients."""
+    torch.manual_seed(0)
+    model = create_model(name, **tiny_args(name)).eval()
+    x = torch.rand(2, 1, 28, 28, requires_grad=True)
+    out = model(x)
+    assert torch.isfinite(out.logits).all()
+    torch.nn.functional.cross_entropy(out.logits, torch.tensor([1, 2])).backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 
 from capsbench.data.mnist import load_mnist
+from capsbench.data.smallnorb import load_smallnorb
+from capsbench.data.vision import load_cifar10, load_fashion_mnist, load_svhn
 from capsbench.registry import Registry
 
 SPLIT_SEED = 12345  # fixed for every run and every training seed: the validation split never moves
@@ -23,10 +25,18 @@ class DatasetSpec:
     image_size: int
     num_classes: int
     description: str
+    train_crop: int | None = None  # random crops of this size for training, centre crops for evaluation
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 DATASETS.register("mnist")(DatasetSpec(load_mnist, 1, 28, 10, "MNIST handwritten digits (LeCun et al.), 60k/10k"))
+DATASETS.register("fashion_mnist")(DatasetSpec(
+    load_fashion_mnist, 1, 28, 10, "Fashion-MNIST clothing images (Xiao et al. 2017), 60k/10k"))
+DATASETS.register("cifar10")(DatasetSpec(load_cifar10, 3, 32, 10, "CIFAR-10 natural images (Krizhevsky 2009), 50k/10k"))
+DATASETS.register("svhn")(DatasetSpec(load_svhn, 3, 32, 10, "SVHN cropped house-number digits (Netzer et al. 2011), 73k/26k"))
+DATASETS.register("smallnorb")(DatasetSpec(
+    load_smallnorb, 1, 48, 5, "smallNORB toys (LeCun et al. 2004), left image at 48x48, 32x32 crops; 24,300/24,300",
+    train_crop=32))
 
 
 @dataclass

@@ -8,9 +8,13 @@ from typing import Any
 
 from capsbench.errors import CapsbenchError
 from capsbench.models.base import Classifier, LogitsAdapter, ModelOutput
+from capsbench.models.backbone import AvgPoolCNN
 from capsbench.models.capsnet import CapsNet
+from capsbench.models.capsnet_em import CapsNetEM
 from capsbench.models.cnn import ConvNet
 from capsbench.models.cnn_pooled import PooledConvNet
+from capsbench.models.effcapsnet import EfficientCapsNet
+from capsbench.models.srcapsnet import SRCapsNet
 from capsbench.registry import Registry, close_matches
 
 
@@ -49,6 +53,18 @@ register_model("cnn_9x9", ModelSpec(
 
 register_model("cnn_multimnist", ModelSpec(
     PooledConvNet, "Sabour et al. 2017 MultiMNIST baseline: conv 512@9x9, pool, conv 256@5x5, pool, FC 1024; 24.56 M",
+))
+register_model("capsnet_em", ModelSpec(
+    CapsNetEM, "Hinton et al. 2018 matrix capsules, EM routing r=3, coordinate addition, spread loss; small A,B,C,D=64,8,16,16",
+))
+register_model("effcapsnet", ModelSpec(
+    EfficientCapsNet, "Mazzia et al. 2021 Efficient-CapsNet: depthwise primary caps, self-attention routing; 161,824 params + decoder",
+))
+register_model("srcapsnet", ModelSpec(
+    SRCapsNet, "Hahn et al. 2019 self-routing capsules on a small 3-block CNN backbone: 32 types x 16D, one 3x3/2 caps layer",
+))
+register_model("cnn_avgpool", ModelSpec(
+    AvgPoolCNN, "Hahn et al. 2019 AvgPool baseline: srcapsnet's backbone, global average pooling, linear classifier",
 ))
 
 

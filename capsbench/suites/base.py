@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from capsbench.data import Splits
 from capsbench.models import Classifier
 from capsbench.plots import SweepPlot
-from capsbench.protocols import TrainingProtocol
+from capsbench.protocols import TrainingProtocol, dataset_protocol
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")  # what MLflow accepts in a metric name
 
@@ -82,8 +82,8 @@ class Suite:
         """Raise a CapsbenchError when the composed config cannot work for this suite (runs before any training)."""
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
-        """How this suite's models are trained; the default is Sabour's shifted-MNIST protocol."""
-        return TrainingProtocol(max_shift=cfg.data.max_shift)
+        """How this suite's models are trained; the default is the dataset's (Sabour's random shifts, or crops)."""
+        return dataset_protocol(cfg.dataset, cfg.data.max_shift)
 
     def prepare(self, cfg: Any, splits: Splits) -> Any:
         """Suite-specific data built once per invocation (e.g. a generated test set; data-layer caches allowed)."""

@@ -1,0 +1,88 @@
+"""Efficient-CapsNet (Mazzia, Salvetti, Chiaberge, "Efficient-CapsNet: capsule network with self-attention
+routing", arXiv:2101.12491): a small conv stem, depthwise primary capsules, self-attention routing."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from capsbench.models.base import Classifier, ModelOutput
+from capsbench.models.capsules import Decoder, capsule_logits, margin_loss, reconstruction_loss
+from capsbench.models.self_attention_routing import SelfAttentionRouting, exp_squash
+
+
+class EfficientCapsNet(Classifier):
+    """Conv stem (conv -> ReLU -> BN) -> depthwise primary capsules -> self-attention class capsules.
+
+    Defaults are the paper's MNIST model: convs 32@5x5, 64@3x3, 64@3x3, 128@3x3/2; a depthwise conv
+    over the whole remaining grid gives 16 primary capsules of 8D; 10 class capsules of 16D;
+    161,824 parameters without the reconstruction decoder (PyTorch counts BN's affine weights only).
+
+    Args:
+        in_channels, image_size, num_classes: of the dataset.
+        channels: output channels of the four stem convs (the last has stride 2).
+        primary_caps, primary_dim: primary capsules; primary_caps * primary_dim == channels[-1].
+        class_dim: class capsule dimension.
+        decoder_hidden: reconstruction decoder FC sizes; () disables it.
+        recon_weight: weight of the sum-squared reconstruction error (paper: 0.392 x MSE over 784 pixels,
+            i.e. 0.0005 x the sum).
+    Shapes: (B, in_channels, H, W) -> scores (B, num_classes), poses (B, num_classes, class_dim).
+    """
+
+    is_capsule = True
+
+    def __init__(
+        self,
+        *,
+        in_channels: int = 1,
+        image_size: int = 28,
+        num_classes: int = 10,
+        channels: tuple[int, int, int, int] = (32, 64, 64, 128),
+        primary_caps: int = 16,
+        primary_dim: int = 8,
+        class_dim: int = 16,
+        decoder_hidden: tuple[int, ...] = (512, 1024),
+        recon_weight: float = 0.0005,
+    ):
+        super().__init__()
+        if len(channels) != 4 or primary_caps * primary_dim != channels[-1]:
+            raise ValueError(
+                f"need 4 stem channels with primary_caps * primary_dim == channels[-1], got channels={channels}, "
+                f"primary_caps={primary_caps}, primary_dim={primary_dim}"
+            )
+        layers: list[nn.Module] = []
+        prev, size = in_channels, image_size
+        for ch, k, stride in zip(channels, (5, 3, 3, 3), (1, 1, 1, 2)):
+            layers += [nn.Conv2d(prev, ch, k, stride), nn.ReLU(inplace=True), nn.BatchNorm2d(ch)]
+            prev, size = ch, (size - k) // stride + 1
+        if size < 1:
+            raise ValueError(f"image_size {image_size} is too small for Efficient-CapsNet's stem (needs >= 13)")
+        self.stem = nn.Sequential(*layers)
+        self.primary = nn.Conv2d(prev, prev, size, groups=prev)  # depthwise over the whole grid -> 1x1
+        self.primary_caps, self.primary_dim = primary_caps, primary_dim
+        self.routing = SelfAttentionRouting(
+            in_caps=primary_caps, in_dim=primary_dim, out_caps=num_classes, out_dim=class_dim
+        )
+        self.recon_weight = recon_weight
+        self.decoder = (
+            Decoder(num_classes=num_classes, caps_dim=class_dim, hidden=tuple(decoder_hidden),
+                    image_shape=(in_channels, image_size, image_size))
+            if decoder_hidden
+            else None
+        )
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+        h = self.primary(self.stem(x))  # (B, channels[-1], 1, 1)
+        u = exp_squash(h.view(-1, self.primary_caps, self.primary_dim))  # (B, primary_caps, primary_dim)
+        poses = self.routing(u)  # (B, num_classes, class_dim)
+        lengths = poses.norm(dim=-1)  # (B, num_classes)
+        recon = None
+        if self.decoder is not None:
+            recon = self.decoder(poses, labels if labels is not None else lengths.argmax(dim=1))
+        return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon)
+
+    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        loss = margin_loss(out.scores, labels)
+        if out.reconstructions is not None and self.recon_weight > 0:
+            loss = loss + self.recon_weight * reconstruction_loss(out.reconstructions, images)
+        return loss
