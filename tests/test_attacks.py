@@ -33,8 +33,10 @@ def test_adapter_preserves_the_classifier_decision(name):
     logits = attack_target(model)(x)
     assert logits.shape == (16, 10)
     assert torch.equal(logits.argmax(1), decisions(model, x))
-    if model.is_capsule:  # log-normalised lengths log(l / sum l), with an epsilon, never raw lengths
-        lengths = model(x).scores
+    out = model(x)
+    scores_are_lengths = out.poses is not None and out.poses.dim() == 3 and torch.allclose(out.poses.norm(dim=-1), out.scores)
+    if scores_are_lengths:  # log-normalised lengths log(l / sum l), with an epsilon, never raw lengths
+        lengths = out.scores
         expected = torch.log(lengths + LOG_EPS) - torch.log(lengths.sum(1, keepdim=True) + LOG_EPS)
         assert torch.allclose(logits, expected, atol=1e-5) and not torch.allclose(logits, lengths)
 
