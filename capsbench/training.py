@@ -158,15 +158,20 @@ def fit(
     }
 
 
+POSTFIX_EVERY = 25  # batches between progress-bar updates: each update syncs a GPU with the host
+
+
 def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[float, float]:
     model.train()
-    total_loss, correct, seen = 0.0, 0, 0
+    total_loss = torch.zeros((), device=cfg.device)  # running sums stay on the device: no sync per batch
+    correct = torch.zeros((), device=cfg.device, dtype=torch.long)
+    seen = 0
     n_batches = -(-len(splits.train_x) // cfg.train.batch_size)
     bar = tqdm(
         batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
         total=n_batches, desc=desc, leave=False, disable=None,
     )
-    for images, labels in bar:
+    for step, (images, labels) in enumerate(bar):
         batch = protocol.train_batch(images, labels, gen)
         parts = {} if batch.components is None else {
             "components": batch.components, "component_labels": batch.component_labels,
@@ -176,13 +181,14 @@ def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        total_loss += loss.item() * len(labels)
+        total_loss += loss.detach() * len(labels)
         if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
-            correct += (out.scores.argmax(dim=1) == batch.targets).sum().item()
+            correct += (out.scores.argmax(dim=1) == batch.targets).sum()
         else:  # multi-hot: a row is right when its k highest scores are exactly its k targets
             ranks = out.scores.detach().argsort(dim=1, descending=True).argsort(dim=1)  # (B, C): 0 = highest
             predicted = ranks < batch.targets.sum(dim=1, keepdim=True)
-            correct += (predicted == batch.targets.bool()).all(dim=1).sum().item()
+            correct += (predicted == batch.targets.bool()).all(dim=1).sum()
         seen += len(labels)
-        bar.set_postfix(loss=f"{total_loss / seen:.4f}", acc=f"{correct / seen:.4f}")
-    return total_loss / seen, correct / seen
+        if bar.disable is False and step % POSTFIX_EVERY == 0:
+            bar.set_postfix(loss=f"{total_loss.item() / seen:.4f}", acc=f"{correct.item() / seen:.4f}")
+    return total_loss.item() / seen, correct.item() / seen
