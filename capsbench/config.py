@@ -17,6 +17,7 @@ from capsbench.errors import CapsbenchError
 from capsbench.registry import close_matches
 
 BUDGETS = ("smoke", "quick", "paper")
+PER_MODEL = ("model_args", "model_train")  # free-form mappings keyed by model name
 
 
 @dataclass
@@ -62,6 +63,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     model_args: dict[str, Any] = field(default_factory=dict)  # per model name: constructor overrides
+    model_train: dict[str, Any] = field(default_factory=dict)  # per model name: train overrides (its paper's lr, ...)
     params: Any = None  # the suite's own parameters (its Params dataclass)
 
 
@@ -115,7 +117,7 @@ def _check_key(schema: DictConfig, dotted: str, source: str) -> None:
     for depth, part in enumerate(parts):
         path = ".".join(parts[:depth])
         if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
-            return  # free-form mapping (model_args): checked against the model later
+            return  # free-form mapping (model_args, model_train): checked per model in _validate
         if not isinstance(node, DictConfig) or part not in node:
             valid = list(node.keys()) if isinstance(node, DictConfig) else []
             where = f" under {path!r}" if path else ""
@@ -130,7 +132,7 @@ def _flatten_keys(cfg: Any, prefix: str = "") -> list[str]:
     keys: list[str] = []
     for k, v in cfg.items():
         dotted = f"{prefix}.{k}" if prefix else str(k)
-        keys += _flatten_keys(v, dotted) if isinstance(v, dict) and k != "model_args" else [dotted]
+        keys += _flatten_keys(v, dotted) if isinstance(v, dict) and k not in PER_MODEL else [dotted]
     return keys
 
 
@@ -218,7 +220,7 @@ def _resolve_defaults(cfg: DictConfig) -> None:
 
 def _validate(cfg: DictConfig) -> None:
     from capsbench.data import DATASETS
-    from capsbench.models import check_model_arguments
+    from capsbench.models import MODELS, check_model_arguments
 
     if not cfg.seeds:
         raise CapsbenchError("seeds is empty: give at least one, for example seeds=[0]")
@@ -231,6 +233,9 @@ def _validate(cfg: DictConfig) -> None:
         check_model_arguments(name, {})
     for name, args in cfg.model_args.items():
         check_model_arguments(name, dict(args or {}))
+    for name in cfg.model_train:
+        MODELS.get(name)
+        for_model(cfg, name)
     DATASETS.get(cfg.dataset)
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda") or cfg.device == "mps"):
         raise CapsbenchError(f"device must be auto, cpu, cuda, cuda:N or mps, got {cfg.device!r}")
@@ -239,6 +244,23 @@ def _validate(cfg: DictConfig) -> None:
 
         if not torch.cuda.is_available():
             raise CapsbenchError(f"device={cfg.device} but no CUDA device is available; use device=cpu or auto")
+
+
+def for_model(cfg: DictConfig, name: str) -> DictConfig:
+    """The run config with model_train.<name> merged into train: the settings model `name` is trained with."""
+    overrides = cfg.model_train.get(name)
+    if not overrides:
+        return cfg
+    if not isinstance(overrides, DictConfig):
+        raise CapsbenchError(f"model_train.{name} must map train keys to values, e.g. model_train.{name}.lr=0.01")
+    valid = [f.name for f in dataclasses.fields(TrainConfig)]
+    for key in overrides:
+        if key not in valid:
+            raise CapsbenchError(f"unknown key model_train.{name}.{key}: {close_matches(str(key), valid)}")
+    try:
+        return OmegaConf.merge(cfg, {"train": overrides})  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise CapsbenchError(f"bad value in model_train.{name}: {_describe(exc)}") from None
 
 
 def to_dict(cfg: DictConfig) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 import capsbench
 from capsbench.checkpoints import CheckpointCache, content_key
+from capsbench.config import for_model
 from capsbench.data import SPLIT_SEED, Splits, batches
 from capsbench.models import MODELS, Classifier, create_model
 from capsbench.protocols import TrainingProtocol, dataset_protocol
@@ -69,7 +70,11 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
 def obtain_model(
     cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol | None = None
 ) -> TrainedModel:
-    """The trained model from the cache when its key is there (and retrain is off), else train it now."""
+    """The trained model from the cache when its key is there (and retrain is off), else train it now.
+
+    It is trained with the run's train settings updated by model_train.<name> (a model's own recipe).
+    """
+    cfg = for_model(cfg, name)
     protocol = protocol or default_protocol(cfg)
     identity = training_identity(cfg, name, seed, splits, protocol)
     key = content_key(identity)

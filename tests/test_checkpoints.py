@@ -43,6 +43,14 @@ def test_cache_hit_and_miss(smoke_cfg, tiny_splits):
     assert not obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits).cached
 
 
+def test_model_train_settings_train_and_key_the_checkpoint(smoke_cfg, tiny_splits):
+    plain = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    smoke_cfg.model_train = {"cnn_9x9": {"lr": 0.002}}
+    tuned = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    assert not tuned.cached and tuned.key != plain.key
+    assert tuned.meta["identity"]["train"]["lr"] == 0.002
+
+
 def test_identity_covers_what_changes_weights(smoke_cfg, tiny_splits):
     base = content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits, default_protocol(smoke_cfg)))
     smoke_cfg.train.lr = 0.5

@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from capsbench.cli import app
-from capsbench.config import compose
+from capsbench.config import compose, for_model
 from capsbench.errors import CapsbenchError
 
 
@@ -15,6 +15,13 @@ def test_precedence_defaults_budget_suite_cli(tmp_path):
     cli = compose(["suite=accuracy", "budget=smoke", "train.epochs=7", "seeds=[3,4]", f"output_dir={tmp_path}"])
     assert cli.train.epochs == 7 and list(cli.seeds) == [3, 4]
     assert cli.data.train_subset == 3000  # from the smoke budget
+
+
+def test_model_train_overrides_only_its_model(tmp_path):
+    cfg = compose(["suite=accuracy", "model_train.capsnet.lr=0.01", f"output_dir={tmp_path}"])
+    assert for_model(cfg, "capsnet").train.lr == 0.01
+    assert for_model(cfg, "capsnet").train.epochs == cfg.train.epochs
+    assert for_model(cfg, "cnn_sabour").train.lr == cfg.train.lr == 0.001
 
 
 def test_derived_defaults(tmp_path, monkeypatch):
@@ -38,6 +45,9 @@ def test_derived_defaults(tmp_path, monkeypatch):
         (["suite=accuracy", "seeds=abc"], "seeds"),
         (["suite=accuracy", "models=[capsnett]"], "did you mean 'capsnet'"),
         (["suite=accuracy", "model_args.capsnet.routing=2"], "routing_iterations"),
+        (["suite=accuracy", "model_train.capsnet.lrr=0.01"], "did you mean 'lr'"),
+        (["suite=accuracy", "model_train.capsnett.lr=0.01"], "did you mean 'capsnet'"),
+        (["suite=accuracy", "model_train.capsnet.lr=fast"], "model_train.capsnet"),
         (["suite=accuracy", "budget=fast"], "smoke"),
         (["suite=accuracy", "dataset=mnits"], "did you mean 'mnist'"),
         (["suite=accuracy", "seeds=[]"], "seeds is empty"),
