@@ -11,7 +11,7 @@ from capsbench.models.self_attention_routing import SelfAttentionRouting, exp_sq
 from capsbench.models.self_routing import SelfRouting2d
 
 
-def reference_em(votes, a_in, beta_u, beta_a, lam, iterations, eps=1e-6):
+def reference_em(votes, a_in, beta_u, beta_a, lam, iterations, min_variance=0.01, eps=1e-6):
     """Procedure 1 written out literally in float64, with explicit Gaussian densities."""
     n, n_out, n_in, p = votes.shape
     r = torch.full((n, n_out, n_in), 1.0 / n_out, dtype=torch.float64)
@@ -19,7 +19,7 @@ def reference_em(votes, a_in, beta_u, beta_a, lam, iterations, eps=1e-6):
         rw = r * a_in[:, None, :]
         r_sum = rw.sum(-1)
         mu = (rw[..., None] * votes).sum(2) / (r_sum[..., None] + eps)
-        sigma2 = (rw[..., None] * (votes - mu[:, :, None]) ** 2).sum(2) / (r_sum[..., None] + eps) + eps
+        sigma2 = (rw[..., None] * (votes - mu[:, :, None]) ** 2).sum(2) / (r_sum[..., None] + eps) + min_variance
         cost = (beta_u[None, :, None] + torch.log(torch.sqrt(sigma2))) * r_sum[..., None]
         a = torch.sigmoid(lam * (beta_a[None] - cost.sum(-1)))
         if it < iterations - 1:
@@ -35,10 +35,11 @@ def test_em_routing_matches_a_literal_float64_procedure_1():
     routing = EMRouting(out_types=3, iterations=3, inverse_temperature=0.05).double()
     with torch.no_grad():
         routing.beta_u.copy_(torch.tensor([0.1, -0.2, 0.3]))
-        routing.beta_a.copy_(torch.tensor([1.0, 0.0, -1.0]))
+        routing.logit_bias.copy_(torch.tensor([1.0, 0.0, -1.0]))  # lambda beta_a
     mu, logits = routing(votes, a_in)
     a = torch.sigmoid(logits)
-    ref_mu, ref_a = reference_em(votes, a_in, routing.beta_u.detach(), routing.beta_a.detach(), 0.05, 3)
+    beta_a = routing.logit_bias.detach() / 0.05
+    ref_mu, ref_a = reference_em(votes, a_in, routing.beta_u.detach(), beta_a, 0.05, 3)
     # the moment-expanded variance differs from the literal one only through the epsilons (~1e-6)
     assert torch.allclose(mu, ref_mu, atol=1e-5) and torch.allclose(a, ref_a, atol=1e-5)
     assert not torch.allclose(a, torch.full_like(a, a.mean().item()), atol=1e-3)  # a non-trivial case
@@ -64,8 +65,8 @@ def test_em_e_step_assigns_each_vote_to_the_gaussian_it_came_from():
 def test_em_identical_votes_do_not_collapse_the_variance():
     votes = torch.ones(2, 3, 8, 16, requires_grad=True)  # every child agrees exactly: sigma^2 would be 0
     mu, sigma2, logits = m_step(torch.full((2, 3, 8), 1 / 3), torch.rand(2, 8), votes, votes ** 2,
-                           torch.zeros(3), torch.zeros(3), 0.01)
-    assert (sigma2 > 0).all() and torch.isfinite(logits).all()
+                           torch.zeros(3), torch.zeros(3), 0.01, min_variance=0.01)
+    assert torch.allclose(sigma2, torch.full_like(sigma2, 0.01), atol=1e-6) and torch.isfinite(logits).all()
     logits.sum().backward()
     assert torch.isfinite(votes.grad).all()
 
@@ -77,7 +78,7 @@ def test_em_gradients_finite_at_three_iterations():
     routing = EMRouting(out_types=4, iterations=3)
     mu, logits = routing(votes, a_in)
     (mu.square().mean() + torch.sigmoid(logits).sum()).backward()
-    for g in (votes.grad, a_in.grad, routing.beta_u.grad, routing.beta_a.grad):
+    for g in (votes.grad, a_in.grad, routing.beta_u.grad, routing.logit_bias.grad):
         assert g is not None and torch.isfinite(g).all() and g.abs().sum() > 0
 
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from capsbench.models.em_routing import EMRouting
+from capsbench.models.em_routing import MIN_VARIANCE, EMRouting
 
 POSE = 16  # a 4x4 pose matrix, flattened
 
@@ -44,17 +44,19 @@ class ConvMatrixCaps(nn.Module):
 
     Args:
         in_types, out_types: capsule types B -> C; kernel_size, stride: of the window.
-        iterations, inverse_temperature: of EMRouting.
+        iterations, inverse_temperature, min_variance: of EMRouting.
     Shapes: poses (N, H, W, in_types, 16), activations (N, H, W, in_types)
         -> poses (N, H', W', out_types, 16), activations (N, H', W', out_types).
     """
 
     def __init__(self, *, in_types: int, out_types: int, kernel_size: int, stride: int,
-                 iterations: int = 3, inverse_temperature: float = 0.01):
+                 iterations: int = 3, inverse_temperature: float = 0.01, min_variance: float = MIN_VARIANCE):
         super().__init__()
         self.in_types, self.out_types, self.kernel_size, self.stride = in_types, out_types, kernel_size, stride
         self.weight = _vote_weights(kernel_size * kernel_size * in_types, out_types)
-        self.routing = EMRouting(out_types=out_types, iterations=iterations, inverse_temperature=inverse_temperature)
+        self.routing = EMRouting(
+            out_types=out_types, iterations=iterations, inverse_temperature=inverse_temperature, min_variance=min_variance
+        )
 
     def _windows(self, grid: torch.Tensor, dim: int) -> torch.Tensor:
         """(N, H, W, T, dim) -> (N * L, kk * T, dim): the children of each of the L output positions."""
@@ -84,10 +86,13 @@ class ClassMatrixCaps(nn.Module):
         -> poses (N, classes, 16), activation logits (N, classes) (activations are their sigmoid).
     """
 
-    def __init__(self, *, in_types: int, num_classes: int, iterations: int = 3, inverse_temperature: float = 0.01):
+    def __init__(self, *, in_types: int, num_classes: int, iterations: int = 3, inverse_temperature: float = 0.01,
+                 min_variance: float = MIN_VARIANCE):
         super().__init__()
         self.weight = _vote_weights(in_types, num_classes)
-        self.routing = EMRouting(out_types=num_classes, iterations=iterations, inverse_temperature=inverse_temperature)
+        self.routing = EMRouting(
+            out_types=num_classes, iterations=iterations, inverse_temperature=inverse_temperature, min_variance=min_variance
+        )
 
     def forward(self, pose: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, h, w, t, _ = pose.shape
