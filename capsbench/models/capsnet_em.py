@@ -42,8 +42,7 @@ class CapsNetEM(Classifier):
         a_channels, b_types, c_types, d_types: the paper's A, B, C, D (its small model: 64, 8, 16, 16).
         routing_iterations: EM iterations in every capsule layer (3).
         inverse_temperature: lambda of every EM routing.
-        min_variance: variance floor of every EM routing (0.01 reached 94.4 % vs 93.8 % with 1e-6 after one
-            quick epoch on the validation split).
+        min_variance: variance floor of every EM routing (the paper's epsilon; its value is not given).
         margin_steps: training steps over which the spread-loss margin goes from 0.2 to 0.9.
     Shapes: (B, in_channels, H, W) -> scores (B, num_classes) activations in (0, 1), poses (B, num_classes, 16).
     """
