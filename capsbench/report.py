@@ -53,7 +53,7 @@ class Table:
     std: pd.DataFrame
     n: pd.DataFrame
     units: dict[str, str]
-    best: dict[str, Any]  # column -> row label of the best mean
+    best: dict[str, set[str]]  # column -> row labels whose mean equals the best (ties all count)
     reported: dict[tuple[str, str], ReportedCell] = field(default_factory=dict)  # (row, column) -> published
     footnotes: list[str] = field(default_factory=list)  # footnote text of ref i at index i - 1
 
@@ -73,12 +73,13 @@ def comparison_table(agg: pd.DataFrame, suite: type[Suite], reported: list[dict[
     columns = list(dict.fromkeys(agg["column"]))
     pivot = {s: agg.pivot(index="row", columns="column", values=s).reindex(index=rows, columns=columns) for s in ("mean", "std", "n")}
     units = {c: suite.metric(m).unit for c, m in zip(agg["column"], agg["metric"])}
-    best: dict[str, Any] = {}
+    best: dict[str, set[str]] = {}
     for col, metric in dict(zip(agg["column"], agg["metric"])).items():
         values = pivot["mean"][col].dropna()
         direction = suite.metric(metric).higher_is_better
         if len(values) > 1 and direction is not None:  # None: descriptive metric, no best
-            best[col] = values.idxmax() if direction else values.idxmin()
+            top = values.max() if direction else values.min()
+            best[col] = set(values.index[values == top])
     table = Table(rows, columns, pivot["mean"], pivot["std"], pivot["n"], units, best)
     _place_reported(table, reported or [], suite, datasets)
     return table
@@ -174,7 +175,7 @@ def _cells(table: Table, plus_minus: str, bold: tuple[str, str], ref: tuple[str,
                 cells.append(_published(table.reported.get((row, col)), plus_minus, ref))
                 continue
             text = _measured(table, row, col, plus_minus, max_n)
-            cells.append(f"{bold[0]}{text}{bold[1]}" if table.best.get(col) == row else text)
+            cells.append(f"{bold[0]}{text}{bold[1]}" if row in table.best.get(col, ()) else text)
         out.append(cells)
     return out
 

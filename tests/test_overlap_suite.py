@@ -106,4 +106,4 @@ def test_descriptive_metric_gets_no_best_cell():
         for metric, v in (("both_correct_accuracy", acc), ("box_overlap", 72.0 + acc / 100))
     ]
     table = comparison_table(aggregate(records_frame(records, suite), suite), suite)
-    assert table.best == {"both_correct_accuracy": "a"}
+    assert table.best == {"both_correct_accuracy": {"a"}}

@@ -27,15 +27,24 @@ def test_aggregate_mean_std_n():
 
 def test_best_respects_direction():
     table = comparison_table(aggregate(records_frame(records(), AccuracySuite), AccuracySuite), AccuracySuite)
-    assert table.best["test_accuracy"] == "b"  # 98.5 > 98.0: higher is better
-    assert table.best["test_error"] == "b"  # 1.5 < 2.0: lower is better
+    assert table.best["test_accuracy"] == {"b"}  # 98.5 > 98.0: higher is better
+    assert table.best["test_error"] == {"b"}  # 1.5 < 2.0: lower is better
     # make "a" better at accuracy only: its error column must then still be judged by lower-is-better
     rows = records()
     for r in rows:
         if r["model"] == "a" and r["metric"] == "test_accuracy":
             r["value"] += 1.0
     table = comparison_table(aggregate(records_frame(rows, AccuracySuite), AccuracySuite), AccuracySuite)
-    assert table.best["test_accuracy"] == "a" and table.best["test_error"] == "b"
+    assert table.best["test_accuracy"] == {"a"} and table.best["test_error"] == {"b"}
+
+
+def test_ties_are_all_best():
+    rows = [{"suite": "accuracy", "model": m, "dataset": "mnist", "seed": 0, "metric": "test_accuracy", "value": v}
+            for m, v in (("a", 99.5), ("b", 98.0), ("c", 99.5))]
+    table = comparison_table(aggregate(records_frame(rows, AccuracySuite), AccuracySuite), AccuracySuite)
+    assert table.best["test_accuracy"] == {"a", "c"}
+    md = to_markdown(table)
+    assert "| a | **99.50** |" in md and "| c | **99.50** |" in md and "| b | 98.00 |" in md
 
 
 def test_formats_mark_best_and_show_spread():
