@@ -5,7 +5,9 @@ import torch
 
 from capsbench import create_model, list_models
 from capsbench.errors import CapsbenchError
+from capsbench.data.multimnist_protocol import MultiMNISTProtocol
 from capsbench.models import MODELS
+from capsbench.models.capsules import margin_loss
 
 TINY = {
     "capsnet": {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
@@ -46,6 +48,22 @@ def test_forward_backward_and_output_contract(name):
         assert out.poses.shape[:2] == (3, 10)
     if model.is_capsule:
         assert ((out.scores >= 0) & (out.scores < 1)).all()
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_multi_label_training_step_with_components(name):
+    """The overlap suite's training step: two-digit canvases, multi-hot targets and each digit as a component."""
+    torch.manual_seed(0)
+    model = create_model(name, **tiny_args(name), image_size=36)
+    batch = MultiMNISTProtocol(cache_dir="unused").train_batch(
+        torch.rand(4, 1, 28, 28), torch.tensor([1, 2, 3, 4]), torch.Generator().manual_seed(0))
+    out = model(batch.inputs, batch.targets)
+    loss = model.loss(out, batch.targets, batch.inputs,
+                      components=batch.components, component_labels=batch.component_labels)
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    loss.backward()
+    if getattr(model, "decoder", None) is not None:  # each digit is reconstructed: the loss exceeds the margin loss
+        assert loss > margin_loss(out.scores, batch.targets)
 
 
 @pytest.mark.parametrize("name", list_models())

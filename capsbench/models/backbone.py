@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from capsbench.models.base import Classifier, ModelOutput
+from capsbench.models.base import SoftmaxClassifier
 
 
 class SmallBackbone(nn.Sequential):
@@ -35,7 +34,7 @@ class SmallBackbone(nn.Sequential):
         return image_size
 
 
-class AvgPoolCNN(Classifier):
+class AvgPoolCNN(SoftmaxClassifier):
     """Hahn et al.'s AvgPool baseline: the backbone, global average pooling, one linear class layer.
 
     Args:
@@ -58,12 +57,5 @@ class AvgPoolCNN(Classifier):
                                       strides=tuple(backbone_strides))
         self.fc = nn.Linear(self.backbone.out_channels, num_classes)
 
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
-        h = self.backbone(x).mean(dim=(2, 3))  # (B, channels[-1])
-        logits = self.fc(h)  # (B, num_classes)
-        return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
-
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        if labels.dim() == 2:  # multi-hot targets
-            return F.binary_cross_entropy_with_logits(out.logits, labels.to(out.logits.dtype))
-        return F.cross_entropy(out.logits, labels)
+    def class_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.backbone(x).mean(dim=(2, 3)))  # (B, channels[-1]) -> (B, num_classes)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 @dataclass
@@ -48,6 +49,23 @@ class Classifier(nn.Module):
         its own class; models without a decoder ignore them.
         """
         raise NotImplementedError
+
+
+class SoftmaxClassifier(Classifier):
+    """A classifier whose scores are softmax(logits), trained with cross-entropy (sigmoid cross-entropy on
+    multi-hot labels). Subclasses compute the logits: (B, C_in, H, W) -> (B, num_classes)."""
+
+    def class_logits(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+        logits = self.class_logits(x)
+        return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
+
+    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor, **_components) -> torch.Tensor:
+        if labels.dim() == 2:  # multi-hot targets: sigmoid cross-entropy, as in Sabour's MultiMNIST baseline
+            return F.binary_cross_entropy_with_logits(out.logits, labels.to(out.logits.dtype))
+        return F.cross_entropy(out.logits, labels)
 
 
 class LogitsAdapter(nn.Module):

@@ -12,8 +12,8 @@ from capsbench.models.capsules import (
     Decoder,
     PrimaryCaps,
     capsule_logits,
-    margin_loss,
-    reconstruction_loss,
+    decode,
+    margin_reconstruction_loss,
 )
 from capsbench.models.routing import DynamicRouting
 
@@ -74,9 +74,7 @@ class CapsNet(Classifier):
         u = self.primary(F.relu(self.conv(x)))  # (B, in_caps, primary_dim)
         poses = self.routing(self.votes(u))  # (B, num_classes, class_dim)
         lengths = poses.norm(dim=-1)  # (B, num_classes)
-        recon = None
-        if self.decoder is not None and (labels is None or labels.dim() == 1):  # multi-hot: see loss()
-            recon = self.decoder(poses, labels if labels is not None else lengths.argmax(dim=1))
+        recon = decode(self.decoder, poses, lengths, labels)
         return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon)
 
     def reconstruct(self, poses: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
@@ -94,20 +92,6 @@ class CapsNet(Classifier):
         components: torch.Tensor | None = None,
         component_labels: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Margin loss + recon_weight x sum-squared reconstruction error.
-
-        With components (B, K, C_in, H, W) and component_labels (B, K) (MultiMNIST), each object is
-        reconstructed from its own class capsule and the K errors are summed (Sabour et al., section 6).
-        """
-        loss = margin_loss(out.scores, labels)
-        if self.decoder is None or self.recon_weight <= 0:
-            return loss
-        if components is not None:
-            errors = [
-                reconstruction_loss(self.reconstruct(out.poses, component_labels[:, k]), components[:, k])
-                for k in range(components.shape[1])
-            ]
-            return loss + self.recon_weight * torch.stack(errors).sum()
-        if out.reconstructions is not None:
-            loss = loss + self.recon_weight * reconstruction_loss(out.reconstructions, images)
-        return loss
+        """Margin loss + reconstruction error; per object with components (see margin_reconstruction_loss)."""
+        return margin_reconstruction_loss(out, labels, images, self.decoder, self.recon_weight,
+                                          components, component_labels)

@@ -89,7 +89,7 @@ class CapsNetEM(Classifier):
         """The current spread-loss margin: 0.2 at the first step, 0.9 from `margin_steps` on."""
         return 0.2 + 0.7 * min(1.0, self.steps.item() / max(1, self.margin_steps))
 
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor, **_components) -> torch.Tensor:
         loss = spread_loss(out.scores, labels, self.margin())
         if self.training:
             self.steps += 1

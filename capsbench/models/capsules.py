@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from capsbench.models.base import ModelOutput
+
 SQUASH_EPS = 1e-8
 LOG_EPS = 1e-8
 
@@ -113,3 +115,40 @@ class Decoder(nn.Module):
 def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
     """Sum of squared pixel errors per image, averaged over the batch (Sabour's reconstruction term)."""
     return ((reconstructions - images) ** 2).flatten(1).sum(dim=1).mean()
+
+
+def decode(decoder: Decoder | None, poses: torch.Tensor, lengths: torch.Tensor,
+           labels: torch.Tensor | None) -> torch.Tensor | None:
+    """The forward pass's reconstruction: masked by the label, else by the longest capsule. None without a
+    decoder or for multi-hot labels (margin_reconstruction_loss then reconstructs each object on its own)."""
+    if decoder is None or (labels is not None and labels.dim() == 2):
+        return None
+    return decoder(poses, labels if labels is not None else lengths.argmax(dim=1))
+
+
+def margin_reconstruction_loss(
+    out: ModelOutput,
+    labels: torch.Tensor,
+    images: torch.Tensor,
+    decoder: Decoder | None,
+    recon_weight: float,
+    components: torch.Tensor | None = None,
+    component_labels: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Margin loss + recon_weight x sum-squared reconstruction error (Sabour et al.).
+
+    With components (B, K, C_in, H, W) and component_labels (B, K) (MultiMNIST), each object is
+    reconstructed from its own class capsule and the K errors are summed (Sabour et al., section 6).
+    """
+    loss = margin_loss(out.scores, labels)
+    if decoder is None or recon_weight <= 0:
+        return loss
+    if components is not None:
+        errors = [
+            reconstruction_loss(decoder(out.poses, component_labels[:, k]), components[:, k])
+            for k in range(components.shape[1])
+        ]
+        return loss + recon_weight * torch.stack(errors).sum()
+    if out.reconstructions is not None:
+        loss = loss + recon_weight * reconstruction_loss(out.reconstructions, images)
+    return loss

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from capsbench.models.base import Classifier, ModelOutput
+from capsbench.models.base import SoftmaxClassifier
 
 
-class ConvNet(Classifier):
+class ConvNet(SoftmaxClassifier):
     """Plain CNN: conv layers (ReLU, no pooling) -> FC layers (ReLU) -> dropout -> class logits.
 
     Args:
@@ -55,12 +54,6 @@ class ConvNet(Classifier):
         layers += [nn.Dropout(dropout), nn.Linear(dims[-1], num_classes)]
         self.classifier = nn.Sequential(*layers)
 
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+    def class_logits(self, x: torch.Tensor) -> torch.Tensor:
         h = self.features((x - self.mean) / self.std)  # (B, C, H', W')
-        logits = self.classifier(h.flatten(1))  # (B, num_classes)
-        return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
-
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor, **_components) -> torch.Tensor:
-        if labels.dim() == 2:  # multi-hot targets
-            return F.binary_cross_entropy_with_logits(out.logits, labels.to(out.logits.dtype))
-        return F.cross_entropy(out.logits, labels)
+        return self.classifier(h.flatten(1))  # (B, num_classes)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from capsbench.models.base import Classifier, ModelOutput
+from capsbench.models.base import SoftmaxClassifier
 
 
-class PooledConvNet(Classifier):
+class PooledConvNet(SoftmaxClassifier):
     """Conv ("same", ReLU, 2x2/2 max pool) per layer -> FC layers (ReLU) -> class logits; no dropout.
 
     The MultiMNIST baseline of "Dynamic Routing Between Capsules" (Sabour et al., arXiv:1710.09829,
@@ -55,12 +54,6 @@ class PooledConvNet(Classifier):
         head.append(nn.Linear(dims[-1], num_classes))
         self.classifier = nn.Sequential(*head)
 
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+    def class_logits(self, x: torch.Tensor) -> torch.Tensor:
         h = self.features((x - self.mean) / self.std)  # (B, C, H', W')
-        logits = self.classifier(h.flatten(1))  # (B, num_classes)
-        return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
-
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor, **_components) -> torch.Tensor:
-        if labels.dim() == 2:  # multi-hot targets: sigmoid cross-entropy, as in the paper
-            return F.binary_cross_entropy_with_logits(out.logits, labels.to(out.logits.dtype))
-        return F.cross_entropy(out.logits, labels)
+        return self.classifier(h.flatten(1))  # (B, num_classes)

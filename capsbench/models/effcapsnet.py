@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from capsbench.models.base import Classifier, ModelOutput
-from capsbench.models.capsules import Decoder, capsule_logits, margin_loss, reconstruction_loss
+from capsbench.models.capsules import Decoder, capsule_logits, decode, margin_reconstruction_loss
 from capsbench.models.self_attention_routing import SelfAttentionRouting, exp_squash
 
 
@@ -76,13 +76,18 @@ class EfficientCapsNet(Classifier):
         u = exp_squash(h.view(-1, self.primary_caps, self.primary_dim))  # (B, primary_caps, primary_dim)
         poses = self.routing(u)  # (B, num_classes, class_dim)
         lengths = poses.norm(dim=-1)  # (B, num_classes)
-        recon = None
-        if self.decoder is not None:
-            recon = self.decoder(poses, labels if labels is not None else lengths.argmax(dim=1))
+        recon = decode(self.decoder, poses, lengths, labels)
         return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon)
 
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        loss = margin_loss(out.scores, labels)
-        if out.reconstructions is not None and self.recon_weight > 0:
-            loss = loss + self.recon_weight * reconstruction_loss(out.reconstructions, images)
-        return loss
+    def loss(
+        self,
+        out: ModelOutput,
+        labels: torch.Tensor,
+        images: torch.Tensor,
+        *,
+        components: torch.Tensor | None = None,
+        component_labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Margin loss + reconstruction error; per object with components (see margin_reconstruction_loss)."""
+        return margin_reconstruction_loss(out, labels, images, self.decoder, self.recon_weight,
+                                          components, component_labels)

@@ -68,7 +68,7 @@ class SRCapsNet(Classifier):
         scores = a.flatten(1)  # (B, num_classes), sums to 1
         return ModelOutput(scores=scores, logits=torch.log(scores + LOG_EPS))
 
-    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor, **_components) -> torch.Tensor:
         if labels.dim() == 2:  # multi-hot: cross-entropy against the normalised target distribution
             target = labels.to(out.logits.dtype)
             target = target / target.sum(dim=1, keepdim=True).clamp_min(1.0)
