@@ -1,0 +1,86 @@
+"""Uncertainty of measured accuracies: Wilson intervals, paired McNemar tests, Welch's t-test across seeds, and a
+compact encoding of per-image outcomes so that paired tests can be run from tidy records."""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+ALPHA = 0.05  # significance level of every "best" claim
+MCNEMAR_EXACT_BELOW = 25  # discordant pairs under which McNemar's exact binomial form is used
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion, as fractions in [0, 1] (Wilson 1927; Newcombe 1998)."""
+    if n <= 0:
+        raise ValueError(f"a proportion needs n >= 1 trials, got n={n}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must lie in [0, n={n}], got {successes}")
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar_p(only_a: int, only_b: int) -> float:
+    """Two-sided McNemar p-value from the discordant counts (A right and B wrong; B right and A wrong).
+
+    Exact binomial test (p = 1/2) when there are fewer than 25 discordant pairs, otherwise the chi-squared
+    statistic with Edwards' continuity correction, (|b - c| - 1)^2 / (b + c) on one degree of freedom."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    total = only_a + only_b
+    if total == 0:
+        return 1.0
+    if total < MCNEMAR_EXACT_BELOW:
+        return float(min(1.0, 2.0 * sps.binom.cdf(min(only_a, only_b), total, 0.5)))
+    statistic = (abs(only_a - only_b) - 1.0) ** 2 / total
+    return float(sps.chi2.sf(statistic, df=1))
+
+
+def paired_p(correct_a: np.ndarray, correct_b: np.ndarray) -> float:
+    """McNemar p-value for two classifiers judged on the same items: boolean arrays of equal length."""
+    a, b = np.asarray(correct_a, dtype=bool), np.asarray(correct_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"paired outcomes must cover the same items, got {a.shape} and {b.shape}")
+    return mcnemar_p(int((a & ~b).sum()), int((b & ~a).sum()))
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided Welch t-test p-value between two sets of per-seed values (needs >= 2 of each); 1.0 when
+    both sets are constant and equal, 0.0 when both are constant and differ."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) < 2 or len(y) < 2:
+        raise ValueError("Welch's t-test needs at least two seeds per model")
+    if x.std() == 0 and y.std() == 0:
+        return 1.0 if x.mean() == y.mean() else 0.0
+    return float(sps.ttest_ind(x, y, equal_var=False).pvalue)
+
+
+def encode_outcomes(correct: np.ndarray) -> str:
+    """Per-item booleans as URL-safe base64 of their packed bits (8 items a byte, first item in the high bit)."""
+    bits = np.packbits(np.asarray(correct, dtype=bool))
+    return base64.urlsafe_b64encode(bits.tobytes()).decode("ascii")
+
+
+def decode_outcomes(text: str, n: int) -> np.ndarray:
+    """The inverse of encode_outcomes for n items."""
+    raw = np.frombuffer(base64.urlsafe_b64decode(text.encode("ascii")), dtype=np.uint8)
+    if len(raw) != (n + 7) // 8:
+        raise ValueError(f"outcomes hold {len(raw) * 8} bits, which cannot encode n={n} items")
+    return np.unpackbits(raw)[:n].astype(bool)
+
+
+def accuracy_fields(correct: np.ndarray) -> dict[str, float | int | str]:
+    """The uncertainty columns of an accuracy record (value in %): value, n, ci_low, ci_high, outcomes."""
+    flags = np.asarray(correct, dtype=bool).ravel()
+    n, k = len(flags), int(flags.sum())
+    low, high = wilson_interval(k, n)
+    return {"value": 100.0 * k / n, "n": n, "ci_low": 100.0 * low, "ci_high": 100.0 * high,
+            "outcomes": encode_outcomes(flags)}
