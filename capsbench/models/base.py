@@ -17,12 +17,15 @@ class ModelOutput:
     logits: (B, C) unnormalised log-scores for cross-entropy attacks; argmax equals scores' argmax.
     poses: (B, C, D) class capsule poses, capsule models only.
     reconstructions: (B, C_in, H, W) decoder output, capsule models with a decoder only.
+    pre_squash: (B, C, D) class capsules before their squash (|v| = squash(|s|), monotone), vector-capsule models
+        only; adaptive attacks put their loss on these norms, which do not saturate.
     """
 
     scores: torch.Tensor
     logits: torch.Tensor
     poses: torch.Tensor | None = None
     reconstructions: torch.Tensor | None = None
+    pre_squash: torch.Tensor | None = None
 
 
 class Classifier(nn.Module):
@@ -49,6 +52,15 @@ class Classifier(nn.Module):
         its own class; models without a decoder ignore them.
         """
         raise NotImplementedError
+
+    def vote_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C) logits of the vote surrogate (Gu et al., ICLR 2021): class capsules from the votes with uniform
+        coupling instead of routing. Models without votes raise NotApplicable with the reason."""
+        raise NotApplicable(f"{type(self).__name__} has no capsule votes to average")
+
+
+class NotApplicable(Exception):
+    """An attack or surrogate that does not exist for a model; the message says why (recorded, never a crash)."""
 
 
 class SoftmaxClassifier(Classifier):

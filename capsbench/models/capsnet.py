@@ -14,6 +14,7 @@ from capsbench.models.capsules import (
     capsule_logits,
     decode,
     margin_reconstruction_loss,
+    squash,
 )
 from capsbench.models.routing import DynamicRouting
 
@@ -72,10 +73,17 @@ class CapsNet(Classifier):
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
         u = self.primary(F.relu(self.conv(x)))  # (B, in_caps, primary_dim)
-        poses = self.routing(self.votes(u))  # (B, num_classes, class_dim)
+        poses, pre_squash = self.routing(self.votes(u), return_pre_squash=True)  # (B, num_classes, class_dim) each
         lengths = poses.norm(dim=-1)  # (B, num_classes)
         recon = decode(self.decoder, poses, lengths, labels)
-        return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon)
+        return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon,
+                           pre_squash=pre_squash)
+
+    def vote_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Vote surrogate: class capsules squash(mean_i u_hat_j|i), uniform coupling instead of routing (Gu et al.,
+        "Effective and Efficient Vote Attack on Capsule Networks", arXiv:2102.10055). (B, C, H, W) -> (B, classes)."""
+        votes = self.votes(self.primary(F.relu(self.conv(x))))  # (B, in_caps, num_classes, class_dim)
+        return capsule_logits(squash(votes.mean(dim=1)).norm(dim=-1))
 
     def reconstruct(self, poses: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
         """The decoder's image from the capsule of `classes` (B,) alone. poses (B, C, D) -> (B, C_in, H, W)."""

@@ -77,13 +77,21 @@ class CapsNetEM(Classifier):
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+        poses, logits = self._capsules(x)  # (B, classes, 16), (B, classes)
+        return ModelOutput(scores=torch.sigmoid(logits), logits=logits, poses=poses)
+
+    def vote_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Vote surrogate (Gu et al., arXiv:2102.10055) for EM routing: every capsule layer routes with uniform
+        assignments, i.e. a single M-step (activation-weighted mean of the votes), no E-step. -> (B, classes)."""
+        return self._capsules(x, iterations=1)[1]
+
+    def _capsules(self, x: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         mean, std = x.mean(dim=(1, 2, 3), keepdim=True), x.std(dim=(1, 2, 3), keepdim=True)
         h = F.relu(self.conv((x - mean) / (std + STD_EPS)))  # (B, A, H', W')
         pose, a = self.primary(h)
-        pose, a = self.caps1(pose, a)
-        pose, a = self.caps2(pose, a)
-        poses, logits = self.classes(pose, a)  # (B, classes, 16), (B, classes)
-        return ModelOutput(scores=torch.sigmoid(logits), logits=logits, poses=poses)
+        pose, a = self.caps1(pose, a, iterations)
+        pose, a = self.caps2(pose, a, iterations)
+        return self.classes(pose, a, iterations)
 
     def margin(self) -> float:
         """The current spread-loss margin: 0.2 at the first step, 0.9 from `margin_steps` on."""

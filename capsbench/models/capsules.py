@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from capsbench.models.base import ModelOutput
+from capsbench.models.straight_through import saturating
 
 SQUASH_EPS = 1e-8
 LOG_EPS = 1e-8
@@ -63,7 +64,7 @@ class PrimaryCaps(nn.Module):
         h = self.conv(x)
         b, _, hh, ww = h.shape
         h = h.view(b, self.num_types, self.dim, hh, ww).permute(0, 1, 3, 4, 2)  # (B, types, H', W', dim)
-        return squash(h.reshape(b, self.num_types * hh * ww, self.dim))  # (B, in_caps, dim)
+        return saturating(squash, h.reshape(b, self.num_types * hh * ww, self.dim))  # (B, in_caps, dim)
 
 
 class CapsuleVotes(nn.Module):

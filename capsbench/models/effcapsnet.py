@@ -9,6 +9,7 @@ from torch import nn
 from capsbench.models.base import Classifier, ModelOutput
 from capsbench.models.capsules import Decoder, capsule_logits, decode, margin_reconstruction_loss
 from capsbench.models.self_attention_routing import SelfAttentionRouting, exp_squash
+from capsbench.models.straight_through import saturating
 
 
 class EfficientCapsNet(Classifier):
@@ -71,13 +72,22 @@ class EfficientCapsNet(Classifier):
             else None
         )
 
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+    def primary_capsules(self, x: torch.Tensor) -> torch.Tensor:
         h = self.primary(self.stem(x))  # (B, channels[-1], 1, 1)
-        u = exp_squash(h.view(-1, self.primary_caps, self.primary_dim))  # (B, primary_caps, primary_dim)
-        poses = self.routing(u)  # (B, num_classes, class_dim)
+        return saturating(exp_squash, h.view(-1, self.primary_caps, self.primary_dim))  # (B, primary_caps, primary_dim)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
+        poses, pre_squash = self.routing(self.primary_capsules(x), return_pre_squash=True)  # (B, num_classes, class_dim)
         lengths = poses.norm(dim=-1)  # (B, num_classes)
         recon = decode(self.decoder, poses, lengths, labels)
-        return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon)
+        return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon,
+                           pre_squash=pre_squash)
+
+    def vote_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Vote surrogate (Gu et al., arXiv:2102.10055): exp_squash(mean_i u_hat_j|i), uniform coupling instead of
+        self-attention routing (and without its learned prior). (B, C, H, W) -> (B, classes)."""
+        votes = self.routing.votes(self.primary_capsules(x))  # (B, num_classes, primary_caps, class_dim)
+        return capsule_logits(exp_squash(votes.mean(dim=2)).norm(dim=-1))
 
     def loss(
         self,

@@ -81,14 +81,17 @@ class EMRouting(nn.Module):
         self.beta_u = nn.Parameter(torch.zeros(out_types))
         self.logit_bias = nn.Parameter(torch.zeros(out_types))  # lambda beta_a
 
-    def forward(self, votes: torch.Tensor, a_in: torch.Tensor, return_assignments: bool = False):
+    def forward(self, votes: torch.Tensor, a_in: torch.Tensor, return_assignments: bool = False,
+                iterations: int | None = None):
+        """`iterations` overrides the layer's count for this call (1: one M-step on uniform assignments)."""
         n, n_out, n_in, _ = votes.shape
+        iterations = self.iterations if iterations is None else iterations
         votes_sq = votes * votes
         r = votes.new_full((n, n_out, n_in), 1.0 / n_out)  # (N, out, in)
-        for it in range(self.iterations):
+        for it in range(iterations):
             mu, sigma2, logits = m_step(
                 r, a_in, votes, votes_sq, self.beta_u, self.logit_bias, self.inverse_temperature, self.min_variance
             )
-            if it < self.iterations - 1:
+            if it < iterations - 1:
                 r = e_step(mu, sigma2, logits, votes, votes_sq)
         return (mu, logits, r) if return_assignments else (mu, logits)

@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from capsbench.models.em_routing import MIN_VARIANCE, EMRouting
+from capsbench.models.straight_through import saturating
 
 POSE = 16  # a 4x4 pose matrix, flattened
 
@@ -27,7 +28,7 @@ class PrimaryMatrixCaps(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, _, h, w = x.shape
         pose = self.pose(x).view(n, self.types, POSE, h, w).permute(0, 3, 4, 1, 2)  # (N, H, W, types, 16)
-        return pose, torch.sigmoid(self.act(x)).permute(0, 2, 3, 1)  # (N, H, W, types)
+        return pose, saturating(torch.sigmoid, self.act(x)).permute(0, 2, 3, 1)  # (N, H, W, types)
 
 
 def _vote_weights(n_in: int, n_out: int) -> nn.Parameter:
@@ -46,7 +47,7 @@ class ConvMatrixCaps(nn.Module):
         in_types, out_types: capsule types B -> C; kernel_size, stride: of the window.
         iterations, inverse_temperature, min_variance: of EMRouting.
     Shapes: poses (N, H, W, in_types, 16), activations (N, H, W, in_types)
-        -> poses (N, H', W', out_types, 16), activations (N, H', W', out_types).
+        -> poses (N, H', W', out_types, 16), activations (N, H', W', out_types). `iterations` overrides EM's.
     """
 
     def __init__(self, *, in_types: int, out_types: int, kernel_size: int, stride: int,
@@ -65,14 +66,14 @@ class ConvMatrixCaps(nn.Module):
         cols = cols.view(n, t, dim, self.kernel_size ** 2, -1)  # (N, T, dim, kk, L)
         return cols.permute(0, 4, 3, 1, 2).reshape(-1, self.kernel_size ** 2 * t, dim)  # (N*L, kk*T, dim)
 
-    def forward(self, pose: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, pose: torch.Tensor, a: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         n, h, w = pose.shape[:3]
         out_h, out_w = (h - self.kernel_size) // self.stride + 1, (w - self.kernel_size) // self.stride + 1
         m = self._windows(pose, POSE).view(n * out_h * out_w, -1, 4, 4)  # (N*L, kk*T, 4, 4)
         a_in = self._windows(a.unsqueeze(-1), 1).squeeze(-1)  # (N*L, kk*T)
         votes = torch.einsum("nirk,iokc->noirc", m, self.weight).flatten(3)  # (N*L, out, kk*T, 16)
-        mu, logits = self.routing(votes, a_in)  # (N*L, out, 16), (N*L, out)
-        a_out = torch.sigmoid(logits).view(n, out_h, out_w, self.out_types)
+        mu, logits = self.routing(votes, a_in, iterations=iterations)  # (N*L, out, 16), (N*L, out)
+        a_out = saturating(torch.sigmoid, logits).view(n, out_h, out_w, self.out_types)
         return mu.view(n, out_h, out_w, self.out_types, POSE), a_out
 
 
@@ -94,7 +95,7 @@ class ClassMatrixCaps(nn.Module):
             out_types=num_classes, iterations=iterations, inverse_temperature=inverse_temperature, min_variance=min_variance
         )
 
-    def forward(self, pose: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, pose: torch.Tensor, a: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         n, h, w, t, _ = pose.shape
         m = pose.view(n, h, w, t, 4, 4)
         votes = torch.einsum("nhwtrk,tokc->nohwtrc", m, self.weight)  # (N, classes, H, W, T, 4, 4)
@@ -102,4 +103,4 @@ class ClassMatrixCaps(nn.Module):
         offset[..., 0, 3] = ((torch.arange(h, dtype=votes.dtype, device=votes.device) + 0.5) / h).view(h, 1, 1)
         offset[..., 1, 3] = ((torch.arange(w, dtype=votes.dtype, device=votes.device) + 0.5) / w).view(1, w, 1)
         votes = (votes + offset).flatten(2, 4).flatten(3)  # (N, classes, H*W*T, 16)
-        return self.routing(votes, a.reshape(n, h * w * t))
+        return self.routing(votes, a.reshape(n, h * w * t), iterations=iterations)

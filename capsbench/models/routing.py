@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from capsbench.models.capsules import squash
+from capsbench.models.straight_through import is_active as straight_through_active
 
 
 def _fp32(t: torch.Tensor) -> torch.Tensor:
@@ -46,7 +47,8 @@ class _RoutingFunction(torch.autograd.Function):
     the votes, accumulated one by one, and matrix-vector products in layouts BLAS handles slowly.
     This backward collects the factors of all of them and writes the votes' gradient in one batched
     matmul. Forward ops are the plain ones, so outputs are bit-identical to the autograd version.
-    Shapes: votes (N = B*out, in, D); returns v (B, out, D) and the last coupling c (B, out, in).
+    Shapes: votes (N = B*out, in, D); returns v (B, out, D), the last coupling c (B, out, in) and the last
+    pre-squash s (B, out, D). Under `straight_through()` the squash back-propagates as the identity (BPDA).
     """
 
     @staticmethod
@@ -54,11 +56,13 @@ class _RoutingFunction(torch.autograd.Function):
         v, c, saved = route(votes, batch, iterations, hook)
         ctx.save_for_backward(votes, *saved)
         ctx.batch, ctx.iterations = batch, iterations
+        ctx.straight_through = straight_through_active()  # read now: the backward may run on another thread
         ctx.mark_non_differentiable(c)
-        return v, c
+        s_last = _fp32(saved[2 * iterations - 1]).view(batch, -1, votes.shape[-1])  # (B, out, D): the last s
+        return v, c, s_last
 
     @staticmethod
-    def backward(ctx, grad_v: torch.Tensor, _grad_c: torch.Tensor):
+    def backward(ctx, grad_v: torch.Tensor, _grad_c: torch.Tensor, grad_s_last: torch.Tensor | None):
         votes, *saved = ctx.saved_tensors
         r, batch = ctx.iterations, ctx.batch
         cs, ss, vs = saved[:r], saved[r : 2 * r], saved[2 * r :]
@@ -73,9 +77,14 @@ class _RoutingFunction(torch.autograd.Function):
                 g_v = g_v + torch.bmm(g_a.to(votes.dtype), votes).view_as(g_v).to(g_v.dtype)  # (B, out, D)
                 left.append(g_a)
                 right.append(vs[it].reshape(n, 1, dim))
-            with torch.enable_grad():
-                s = _fp32(ss[it]).detach().requires_grad_()
-                (g_s,) = torch.autograd.grad(squash(s.view(batch, out_caps, dim)), s, g_v)  # (B*out, 1, D)
+            if ctx.straight_through:  # BPDA: the squash back-propagates as the identity
+                g_s = g_v.reshape(n, 1, dim).to(_fp32(ss[it]).dtype)
+            else:
+                with torch.enable_grad():
+                    s = _fp32(ss[it]).detach().requires_grad_()
+                    (g_s,) = torch.autograd.grad(squash(s.view(batch, out_caps, dim)), s, g_v)  # (B*out, 1, D)
+            if it == r - 1 and grad_s_last is not None:  # a loss on the pre-squash capsules themselves
+                g_s = g_s + grad_s_last.reshape(n, 1, dim).to(g_s.dtype)
             g_c = torch.bmm(votes, g_s.reshape(n, dim, 1).to(votes.dtype)).view(batch, out_caps, in_caps)
             c = cs[it]
             g_logits = c * (g_c - (c * g_c).sum(dim=1, keepdim=True))  # softmax backward over out
@@ -95,7 +104,8 @@ class DynamicRouting(nn.Module):
 
     Args:
         iterations: routing iterations r (>= 1; Sabour: 3).
-    Shapes: u_hat (B, in_caps, out_caps, out_dim) -> v (B, out_caps, out_dim).
+    Shapes: u_hat (B, in_caps, out_caps, out_dim) -> v (B, out_caps, out_dim); with return_coupling also
+    c (B, in_caps, out_caps), with return_pre_squash also the last s (B, out_caps, out_dim), in that order.
     `on_iteration`, when set, is called with the iteration index after each iteration (timing hooks).
     """
 
@@ -108,12 +118,14 @@ class DynamicRouting(nn.Module):
         self.iterations = iterations
         self.on_iteration: Callable[[int], None] | None = None
 
-    def forward(self, u_hat: torch.Tensor, return_coupling: bool = False):
+    def forward(self, u_hat: torch.Tensor, return_coupling: bool = False, return_pre_squash: bool = False):
         batch, in_caps, out_caps, out_dim = u_hat.shape
         # One copy into the layout both batched matmuls read: rows are (image, output capsule).
         votes = u_hat.permute(0, 2, 1, 3).reshape(batch * out_caps, in_caps, out_dim)  # (B*out, in, D)
         if votes.requires_grad and torch.is_grad_enabled() and not torch.jit.is_tracing():
-            v, c = _RoutingFunction.apply(votes, batch, self.iterations, self.on_iteration)
+            v, c, s = _RoutingFunction.apply(votes, batch, self.iterations, self.on_iteration)
         else:  # inference and tracing (op counters): the same ops, nothing saved for a backward
-            v, c, _ = route(votes, batch, self.iterations, self.on_iteration)
-        return (v, c.transpose(1, 2)) if return_coupling else v
+            v, c, saved = route(votes, batch, self.iterations, self.on_iteration)
+            s = _fp32(saved[2 * self.iterations - 1]).view(batch, out_caps, out_dim)
+        extras = ((c.transpose(1, 2),) if return_coupling else ()) + ((s,) if return_pre_squash else ())
+        return (v, *extras) if extras else v

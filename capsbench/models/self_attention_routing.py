@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from capsbench.models.straight_through import saturating
+
 NORM_EPS = 1e-7
 
 
@@ -27,7 +29,8 @@ class SelfAttentionRouting(nn.Module):
     Args:
         in_caps, in_dim: input capsules (Efficient-CapsNet MNIST: 16 of 8D).
         out_caps, out_dim: output capsules (10 of 16D).
-    Shapes: u (B, in_caps, in_dim) -> v (B, out_caps, out_dim); coupling (B, out_caps, in_caps).
+    Shapes: u (B, in_caps, in_dim) -> v (B, out_caps, out_dim); with return_coupling also the coupling
+    (B, out_caps, in_caps), with return_pre_squash also s (B, out_caps, out_dim), in that order.
     """
 
     def __init__(self, *, in_caps: int, in_dim: int, out_caps: int, out_dim: int):
@@ -42,8 +45,14 @@ class SelfAttentionRouting(nn.Module):
         attention = votes @ votes.transpose(-1, -2) / math.sqrt(self.out_dim)  # (B, out, in, in)
         return torch.softmax(attention.sum(dim=-1), dim=1)  # (B, out, in): sums to 1 over out
 
-    def forward(self, u: torch.Tensor, return_coupling: bool = False):
-        votes = torch.einsum("bid,jide->bjie", u, self.weight)  # (B, out, in, out_dim)
+    def votes(self, u: torch.Tensor) -> torch.Tensor:
+        """u_hat[j, i] = W[j, i] u[i]: (B, in, in_dim) -> (B, out, in, out_dim)."""
+        return torch.einsum("bid,jide->bjie", u, self.weight)
+
+    def forward(self, u: torch.Tensor, return_coupling: bool = False, return_pre_squash: bool = False):
+        votes = self.votes(u)  # (B, out, in, out_dim)
         c = self.coupling(votes) + self.prior.squeeze(-1)  # (B, out, in)
-        v = exp_squash((c.unsqueeze(-1) * votes).sum(dim=2))  # (B, out, out_dim)
-        return (v, c) if return_coupling else v
+        s = (c.unsqueeze(-1) * votes).sum(dim=2)  # (B, out, out_dim)
+        v = saturating(exp_squash, s)
+        extras = ((c,) if return_coupling else ()) + ((s,) if return_pre_squash else ())
+        return (v, *extras) if extras else v

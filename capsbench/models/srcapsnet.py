@@ -6,9 +6,10 @@ import torch
 from torch import nn
 
 from capsbench.models.backbone import SmallBackbone
-from capsbench.models.base import Classifier, ModelOutput
+from capsbench.models.base import Classifier, ModelOutput, NotApplicable
 from capsbench.models.capsules import LOG_EPS
 from capsbench.models.self_routing import SelfRouting2d
+from capsbench.models.straight_through import saturating
 
 
 class SRCapsNet(Classifier):
@@ -44,7 +45,7 @@ class SRCapsNet(Classifier):
                                       strides=tuple(backbone_strides))
         size = SmallBackbone.output_size(image_size, tuple(backbone_strides))
         feat = self.backbone.out_channels
-        self.primary_act = nn.Sequential(nn.Conv2d(feat, caps_types, 3, 1, 1), nn.BatchNorm2d(caps_types), nn.Sigmoid())
+        self.primary_act = nn.Sequential(nn.Conv2d(feat, caps_types, 3, 1, 1), nn.BatchNorm2d(caps_types))  # sigmoid below
         self.primary_pose = nn.Sequential(
             nn.Conv2d(feat, caps_types * caps_dim, 3, 1, 1), nn.BatchNorm2d(caps_types * caps_dim)
         )
@@ -60,13 +61,20 @@ class SRCapsNet(Classifier):
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
         h = self.backbone(x)  # (B, feat, H', W')
-        a, pose = self.primary_act(h), self.primary_pose(h)  # (B, A, H', W'), (B, A*C, H', W')
+        a = saturating(torch.sigmoid, self.primary_act(h))  # (B, A, H', W') activations in (0, 1)
+        pose = self.primary_pose(h)  # (B, A*C, H', W')
         for layer, norm in zip(self.layers, self.pose_norms):
             a, pose = layer(a, pose)
             pose = norm(pose)
         a, _ = self.classes(a, pose)  # (B, num_classes, 1, 1)
         scores = a.flatten(1)  # (B, num_classes), sums to 1
         return ModelOutput(scores=scores, logits=torch.log(scores + LOG_EPS))
+
+    def vote_logits(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotApplicable(
+            "self-routing has no vote surrogate: each child's coupling comes from its own routing network, and with "
+            "uniform coupling every class activation equals 1/C"
+        )
 
     def loss(self, out: ModelOutput, labels: torch.Tensor, images: torch.Tensor, **_components) -> torch.Tensor:
         if labels.dim() == 2:  # multi-hot: cross-entropy against the normalised target distribution
