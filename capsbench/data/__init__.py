@@ -2,6 +2,6 @@
 
 from capsbench.data.datasets import DATASETS, SPLIT_SEED, DatasetSpec, Splits, load_splits
 from capsbench.data.augment import random_shift
-from capsbench.data.batches import batches
+from capsbench.data.batches import as_images, batches
 
-__all__ = ["DATASETS", "SPLIT_SEED", "DatasetSpec", "Splits", "batches", "load_splits", "random_shift"]
+__all__ = ["DATASETS", "SPLIT_SEED", "DatasetSpec", "Splits", "as_images", "batches", "load_splits", "random_shift"]

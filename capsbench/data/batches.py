@@ -20,6 +20,10 @@ def batches(
     order = torch.randperm(n, generator=shuffle_generator) if shuffle_generator is not None else torch.arange(n)
     for start in range(0, n, batch_size):
         idx = order[start : start + batch_size]
-        images = x[idx].to(device, non_blocking=True)
-        images = images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
-        yield images, y[idx].to(device, non_blocking=True)
+        yield as_images(x[idx], device), y[idx].to(device, non_blocking=True)
+
+
+def as_images(x: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Stored images (uint8 0..255 or float) -> float (B, C, H, W) in [0, 1] on `device`."""
+    images = x.to(device, non_blocking=True)
+    return images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
