@@ -28,11 +28,17 @@ def predict(
     return torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
 
 
+def correct(
+    model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str, transform: Transform | None = None
+) -> torch.Tensor:
+    """(N,) bool: whether the model's top-1 decision on each image is its label."""
+    if len(y) == 0:
+        raise ValueError("accuracy of an empty split is undefined")
+    return predict(model, x, y, batch_size=batch_size, device=device, transform=transform) == y
+
+
 def accuracy(
     model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str, transform: Transform | None = None
 ) -> float:
     """Top-1 accuracy in [0, 1]."""
-    if len(y) == 0:
-        raise ValueError("accuracy of an empty split is undefined")
-    preds = predict(model, x, y, batch_size=batch_size, device=device, transform=transform)
-    return (preds == y).float().mean().item()
+    return correct(model, x, y, batch_size=batch_size, device=device, transform=transform).float().mean().item()

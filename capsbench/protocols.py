@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from capsbench.data import DATASETS, Splits, random_shift
+from capsbench.data import DATASETS, DatasetSpec, Splits, random_shift
 from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
 from capsbench.evaluation import accuracy
 from capsbench.models import Classifier
@@ -56,6 +56,10 @@ class TrainingProtocol:
 
     def identity(self) -> dict[str, Any]:
         return {"protocol": self.name, "max_shift": self.max_shift}
+
+    def min_validation_score(self, spec: DatasetSpec) -> float:
+        """Validation score (%) below which a trained model is undertrained: never compared, flagged in tables."""
+        return spec.min_val_accuracy
 
 
 class CanvasProtocol(TrainingProtocol):

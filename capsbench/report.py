@@ -13,25 +13,36 @@ import pandas as pd
 
 from capsbench.atomic import write_text
 from capsbench.plots import save_figure, sweep_figure
+from capsbench.significance import Cell, best_row
+from capsbench.stats import decode_outcomes
 from capsbench.suites import Suite
 
 RECORD_COLUMNS = ["suite", "model", "dataset", "seed", "metric", "value"]
+UNCERTAINTY_COLUMNS = ["n", "ci_low", "ci_high", "outcomes"]  # accuracy records: images, 95 % Wilson interval, per image
+UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
 
 
 def records_frame(records: list[dict[str, Any]], suite: type[Suite]) -> pd.DataFrame:
-    """Tidy records as a DataFrame with the fixed columns first, then the suite's sweep columns."""
+    """Tidy records as a DataFrame with the fixed columns first, then the suite's sweep columns, then the uncertainty
+    and detail columns the records carry."""
     frame = pd.DataFrame.from_records(records)
     for col in [*RECORD_COLUMNS, *suite.sweep_columns]:
         if col not in frame:
             frame[col] = pd.NA
-    return frame[[*RECORD_COLUMNS, *suite.sweep_columns]]
+    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED) if c in frame]
+    return frame[[*RECORD_COLUMNS, *suite.sweep_columns, *extra]]
 
 
 def aggregate(frame: pd.DataFrame, suite: type[Suite]) -> pd.DataFrame:
-    """Mean, sample std (ddof=1; NaN for one seed) and n over seeds per (model, dataset, metric, sweep)."""
+    """Mean, sample std (ddof=1; NaN for one seed) and n over seeds per (model, dataset, metric, sweep); with the
+    images per seed and, for one seed, its Wilson interval where the records carry them."""
     keys = ["model", "dataset", "metric", *suite.sweep_columns]
-    grouped = frame.groupby(keys, dropna=False, sort=False)["value"]
-    return grouped.agg(mean="mean", std="std", n="count").reset_index()
+    grouped = frame.groupby(keys, dropna=False, sort=False)
+    agg = grouped["value"].agg(mean="mean", std="std", n="count")
+    if "n" in frame:
+        agg["images"] = grouped["n"].max()
+        agg["ci_low"], agg["ci_high"] = grouped["ci_low"].first(), grouped["ci_high"].first()
+    return agg.reset_index()
 
 
 @dataclass(frozen=True)
@@ -53,19 +64,22 @@ class Table:
     std: pd.DataFrame
     n: pd.DataFrame
     units: dict[str, str]
-    best: dict[str, set[str]]  # column -> row labels whose mean equals the best (ties all count)
+    best: dict[str, set[str]]  # column -> the row that is significantly best (empty: nothing significant)
     reported: dict[tuple[str, str], ReportedCell] = field(default_factory=dict)  # (row, column) -> published
     footnotes: list[str] = field(default_factory=list)  # footnote text of ref i at index i - 1
+    interval: dict[tuple[str, str], tuple[float, float, int]] = field(default_factory=dict)  # one seed: (lo, hi, images)
+    undertrained: set[str] = field(default_factory=set)  # rows never compared
 
     @property
     def reported_columns(self) -> set[str]:
         return {col for _, col in self.reported}
 
 
-def comparison_table(agg: pd.DataFrame, suite: type[Suite], reported: list[dict[str, Any]] | None = None) -> Table:
-    """Pivot aggregated records; `reported` rows ({model, dataset, metric, <sweep>, value, std, footnote})
-    become published cells where the measured table has the same row and column."""
-    agg = agg.copy()
+def comparison_table(frame: pd.DataFrame, suite: type[Suite], reported: list[dict[str, Any]] | None = None) -> Table:
+    """Pivot records (a records_frame) into a table; the best cell per column is the one that beats the runner-up
+    significantly (capsbench.significance). `reported` rows ({model, dataset, metric, <sweep>, value, std,
+    footnote}) become published cells where the measured table has the same row and column."""
+    agg = aggregate(frame, suite)
     agg["column"] = agg.apply(lambda r: _column_label(r, suite), axis=1)
     datasets = list(agg["dataset"].unique())
     agg["row"] = _row_labels(agg, datasets)
@@ -73,16 +87,40 @@ def comparison_table(agg: pd.DataFrame, suite: type[Suite], reported: list[dict[
     columns = list(dict.fromkeys(agg["column"]))
     pivot = {s: agg.pivot(index="row", columns="column", values=s).reindex(index=rows, columns=columns) for s in ("mean", "std", "n")}
     units = {c: suite.metric(m).unit for c, m in zip(agg["column"], agg["metric"])}
-    best: dict[str, set[str]] = {}
-    for col, metric in dict(zip(agg["column"], agg["metric"])).items():
-        values = pivot["mean"][col].dropna()
-        direction = suite.metric(metric).higher_is_better
-        if len(values) > 1 and direction is not None:  # None: descriptive metric, no best
-            top = values.max() if direction else values.min()
-            best[col] = set(values.index[values == top])
-    table = Table(rows, columns, pivot["mean"], pivot["std"], pivot["n"], units, best)
+    undertrained = _undertrained_rows(frame, datasets)
+    table = Table(rows, columns, pivot["mean"], pivot["std"], pivot["n"], units, _best_cells(frame, suite, datasets, undertrained),
+                  undertrained=undertrained)
+    if "images" in agg:
+        for r in agg[(agg["n"] == 1) & agg["ci_low"].notna()].itertuples():
+            table.interval[(r.row, r.column)] = (float(r.ci_low), float(r.ci_high), int(r.images))
     _place_reported(table, reported or [], suite, datasets)
     return table
+
+
+def _undertrained_rows(frame: pd.DataFrame, datasets: list[str]) -> set[str]:
+    if UNDERTRAINED not in frame:
+        return set()
+    flagged = frame[frame[UNDERTRAINED].fillna(False).astype(bool)]
+    return set(_row_labels(flagged, datasets)) if len(flagged) else set()
+
+
+def _best_cells(frame: pd.DataFrame, suite: type[Suite], datasets: list[str], undertrained: set[str]) -> dict[str, set[str]]:
+    """Per column the significantly best row, if any (direction from the metric; descriptive metrics have none)."""
+    frame = frame.assign(row=_row_labels(frame, datasets), column=frame.apply(lambda r: _column_label(r, suite), axis=1))
+    best: dict[str, set[str]] = {}
+    for (col, metric), part in frame.groupby(["column", "metric"], sort=False):
+        m = suite.metric(metric)
+        if m.higher_is_better is None:
+            continue
+        cells: dict[str, Cell] = {}
+        for r in part.itertuples():
+            cell = cells.setdefault(r.row, Cell())
+            cell.values[int(r.seed)] = float(r.value)
+            if "outcomes" in part and isinstance(getattr(r, "outcomes", None), str):
+                cell.outcomes[int(r.seed)] = decode_outcomes(r.outcomes, int(r.n))
+        verdict = best_row(cells, higher_is_better=m.higher_is_better, exact=m.exact, excluded=frozenset(undertrained))
+        best[col] = {verdict.best} if verdict.best is not None else set()
+    return best
 
 
 def _row_labels(frame: pd.DataFrame, datasets: list[str]) -> pd.Series:
@@ -139,6 +177,9 @@ def _measured(table: Table, row: str, col: str, plus_minus: str, max_n: int) -> 
         return "–"
     mean_text, std_text = format_value(float(mean), float(std) if n > 1 else None, table.units[col])
     text = mean_text + (f"{plus_minus}{std_text}" if std_text is not None else "")
+    if (row, col) in table.interval:  # one seed: its 95 % Wilson interval over the images
+        low, high, _ = table.interval[(row, col)]
+        text += f" [{low:.1f}, {high:.1f}]"
     return text + (f" (n={int(n)})" if n < max_n else "")
 
 
@@ -182,8 +223,15 @@ def _cells(table: Table, plus_minus: str, bold: tuple[str, str], ref: tuple[str,
 
 def _seeds_note(table: Table) -> str:
     ns = sorted({int(v) for v in table.n.to_numpy().ravel() if not pd.isna(v)})
-    return ("n = " + "/".join(str(n) for n in ns) + " seed(s); mean ± sample std where n > 1 "
-            "((n=k) marks cells with fewer seeds); best measured value per column in bold")
+    images = sorted({i for *_, i in table.interval.values()})
+    note = "n = " + "/".join(str(n) for n in ns) + " seed(s); mean ± sample std where n > 1 ((n=k) marks cells with fewer seeds)"
+    if images:
+        note += f"; one seed: [95 % Wilson interval] over {'/'.join(str(i) for i in images)} test images"
+    note += ("; bold: significantly better than the runner-up (paired McNemar on the same images, else Welch's t-test "
+             "across seeds; p < 0.05), nothing bold where no model is")
+    if table.undertrained:
+        note += f"; undertrained (validation accuracy below the floor, never compared): {', '.join(sorted(table.undertrained))}"
+    return note
 
 
 def to_markdown(table: Table, notes: Sequence[str] = ()) -> str:
@@ -250,7 +298,7 @@ def write_outputs(
     The tables show the suite's `table_metrics` (all metrics when None) with `notes` printed under them."""
     frame = records_frame(records, suite)
     shown = frame if suite.table_metrics is None else frame[frame["metric"].isin(suite.table_metrics)]
-    table = comparison_table(aggregate(shown, suite), suite, reported)
+    table = comparison_table(shown, suite, reported)
     texts = {
         "records.csv": frame.to_csv(index=False),
         "table.md": to_markdown(table, notes),

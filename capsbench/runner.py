@@ -71,16 +71,17 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
                     run_name = f"{model_name}{suffix}-{cfg.dataset}-s{seed}"
                     child_params = {"model": model_name, "dataset": cfg.dataset, "seed": seed, **variant.columns}
                     with tracker.child(run_name, child_params, {**tags, "model": model_name}) as child:
-                        model, model_args = _model(suite, vcfg, model_name, seed, splits, protocol, child)
+                        model, model_args, undertrained = _model(suite, vcfg, model_name, seed, splits, protocol, child)
                         built_with.setdefault(model_name, set()).add(tuple(sorted((k, str(v)) for k, v in model_args.items())))
                         ctx = Context(
                             model=model.eval(), model_name=model_name, splits=splits, params=cfg.params,
                             device=cfg.device, batch_size=cfg.train.eval_batch_size, seed=seed, protocol=protocol,
                             resources=resources, model_args=model_args,
                         )
+                        flag = {} if undertrained is None else {"undertrained": undertrained}
                         rows = [
                             {"suite": cfg.suite, "model": model_name, "dataset": cfg.dataset, "seed": seed,
-                             **variant.columns, **r}
+                             **variant.columns, **r, **flag}
                             for r in suite.measure(ctx)
                         ]
                         child.log_records(rows, suite_cls.sweep_columns)
@@ -119,18 +120,23 @@ def with_model_args(cfg: DictConfig, model_name: str, variant: Variant) -> DictC
 
 def _model(
     suite: Suite, cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol, child: ChildRun
-) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """A trained model from the checkpoint cache (or trained now), or a fresh seeded one for suites that need no weights."""
+) -> tuple[torch.nn.Module, dict[str, Any], bool | None]:
+    """A trained model from the checkpoint cache (or trained now), or a fresh seeded one for suites that need no weights;
+    and whether the trained model is undertrained (None: not trained)."""
     if not suite.needs_training:
         args = model_config(cfg, name, splits, protocol)
         torch.manual_seed(seed)
         child.log_params({f"model_args.{k}": v for k, v in args.items()})
-        return create_model(name, **args).to(cfg.device), args
+        return create_model(name, **args).to(cfg.device), args, None
     trained = obtain_model(cfg, name, seed, splits, protocol)
+    val, floor = 100.0 * trained.meta["best_val_accuracy"], protocol.min_validation_score(splits.spec)
+    if val < floor:
+        log.warning("%s seed %d is undertrained: best validation score %.2f %% is below the floor of %.1f %% for %s; "
+                    "it is flagged in the records and tables and never counted as best", name, seed, val, floor, splits.name)
     child.log_params({
         "checkpoint.key": trained.key, "checkpoint.path": str(trained.path),
         "checkpoint.cached": trained.cached, "checkpoint.best_epoch": trained.meta["best_epoch"],
         **{f"model_args.{k}": v for k, v in trained.meta["identity"]["model_args"].items()},
     })
-    child.log_metrics({"best_val_accuracy": 100.0 * trained.meta["best_val_accuracy"]})
-    return trained.model, trained.meta["identity"]["model_args"]
+    child.log_metrics({"best_val_accuracy": val})
+    return trained.model, trained.meta["identity"]["model_args"], val < floor

@@ -25,7 +25,9 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, where rounding would miss 0 or 1
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 def mcnemar_p(only_a: int, only_b: int) -> float:
@@ -84,3 +86,9 @@ def accuracy_fields(correct: np.ndarray) -> dict[str, float | int | str]:
     low, high = wilson_interval(k, n)
     return {"value": 100.0 * k / n, "n": n, "ci_low": 100.0 * low, "ci_high": 100.0 * high,
             "outcomes": encode_outcomes(flags)}
+
+
+def error_fields(correct: np.ndarray) -> dict[str, float | int | str]:
+    """The same columns for the error rate (100 - accuracy); outcomes stay per-item correctness."""
+    acc = accuracy_fields(correct)
+    return {**acc, "value": 100.0 - acc["value"], "ci_low": 100.0 - acc["ci_high"], "ci_high": 100.0 - acc["ci_low"]}

@@ -1,7 +1,8 @@
-"""Tables: aggregation over seeds on hand-made records, best-in-bold by metric direction, formats."""
+"""Tables: aggregation over seeds on hand-made records, bold only for a significant best by metric direction, formats."""
 
 import math
 
+import numpy as np
 import pytest
 
 from capsbench.report import aggregate, comparison_table, records_frame, to_csv, to_latex, to_markdown, write_outputs
@@ -10,7 +11,7 @@ from capsbench.suites.accuracy import AccuracySuite
 
 def records():
     rows = []
-    for model, accs in {"a": [99.0, 98.0, 97.0], "b": [98.5, 98.5, 98.5]}.items():
+    for model, accs in {"a": [97.6, 98.0, 98.4], "b": [99.3, 99.5, 99.7]}.items():
         for seed, acc in enumerate(accs):
             rows.append({"suite": "accuracy", "model": model, "dataset": "mnist", "seed": seed, "metric": "test_accuracy", "value": acc})
             rows.append({"suite": "accuracy", "model": model, "dataset": "mnist", "seed": seed, "metric": "test_error", "value": 100 - acc})
@@ -20,43 +21,56 @@ def records():
 def test_aggregate_mean_std_n():
     agg = aggregate(records_frame(records(), AccuracySuite), AccuracySuite).set_index(["model", "metric"])
     assert agg.loc[("a", "test_accuracy"), "mean"] == pytest.approx(98.0)
-    assert agg.loc[("a", "test_accuracy"), "std"] == pytest.approx(1.0)  # sample std (ddof=1)
+    assert agg.loc[("a", "test_accuracy"), "std"] == pytest.approx(0.4)  # sample std (ddof=1)
     assert agg.loc[("a", "test_accuracy"), "n"] == 3
-    assert agg.loc[("b", "test_error"), "std"] == pytest.approx(0.0)
+    assert agg.loc[("b", "test_error"), "std"] == pytest.approx(0.2)
 
 
-def test_best_respects_direction():
-    table = comparison_table(aggregate(records_frame(records(), AccuracySuite), AccuracySuite), AccuracySuite)
-    assert table.best["test_accuracy"] == {"b"}  # 98.5 > 98.0: higher is better
-    assert table.best["test_error"] == {"b"}  # 1.5 < 2.0: lower is better
-    # make "a" better at accuracy only: its error column must then still be judged by lower-is-better
+def test_best_respects_direction_and_significance():
+    table = comparison_table(records_frame(records(), AccuracySuite), AccuracySuite)
+    assert table.best["test_accuracy"] == {"b"}  # 99.5 vs 98.0 over three seeds: Welch p < 0.05, higher is better
+    assert table.best["test_error"] == {"b"}  # 0.5 < 2.0: lower is better
     rows = records()
-    for r in rows:
+    for r in rows:  # make "a" as good as "b" on accuracy only: inside the noise, nothing is bold there
         if r["model"] == "a" and r["metric"] == "test_accuracy":
-            r["value"] += 1.0
-    table = comparison_table(aggregate(records_frame(rows, AccuracySuite), AccuracySuite), AccuracySuite)
-    assert table.best["test_accuracy"] == {"a"} and table.best["test_error"] == {"b"}
+            r["value"] += 1.6
+    table = comparison_table(records_frame(rows, AccuracySuite), AccuracySuite)
+    assert table.best["test_accuracy"] == set() and table.best["test_error"] == {"b"}
 
 
-def test_ties_are_all_best():
+def test_ties_and_single_seeds_without_outcomes_are_never_bold():
     rows = [{"suite": "accuracy", "model": m, "dataset": "mnist", "seed": 0, "metric": "test_accuracy", "value": v}
             for m, v in (("a", 99.5), ("b", 98.0), ("c", 99.5))]
-    table = comparison_table(aggregate(records_frame(rows, AccuracySuite), AccuracySuite), AccuracySuite)
-    assert table.best["test_accuracy"] == {"a", "c"}
-    md = to_markdown(table)
-    assert "| a | **99.50** |" in md and "| c | **99.50** |" in md and "| b | 98.00 |" in md
+    table = comparison_table(records_frame(rows, AccuracySuite), AccuracySuite)
+    assert table.best["test_accuracy"] == set()
+    assert "**" not in to_markdown(table)
+
+
+def test_paired_outcomes_decide_best_on_one_seed():
+    from capsbench.stats import accuracy_fields
+
+    def rec(model, right):
+        ok = np.arange(1000) < right
+        return {"suite": "accuracy", "model": model, "dataset": "mnist", "seed": 0, "metric": "test_accuracy",
+                **accuracy_fields(ok)}
+
+    far = comparison_table(records_frame([rec("a", 990), rec("b", 950)], AccuracySuite), AccuracySuite)
+    near = comparison_table(records_frame([rec("a", 990), rec("b", 985)], AccuracySuite), AccuracySuite)
+    assert far.best["test_accuracy"] == {"a"} and near.best["test_accuracy"] == set()
+    md = to_markdown(far)
+    assert "| a | **99.00 [98.2, 99.5]** |" in md and "over 1000 test images" in md
 
 
 def test_formats_mark_best_and_show_spread():
-    table = comparison_table(aggregate(records_frame(records(), AccuracySuite), AccuracySuite), AccuracySuite)
+    table = comparison_table(records_frame(records(), AccuracySuite), AccuracySuite)
     md = to_markdown(table)
-    assert "| a | 98.0 ± 1.0 | 2.0 ± 1.0 |" in md
-    assert "| b | **98.50 ± 0.00** | **1.50 ± 0.00** |" in md
+    assert "| a | 98.00 ± 0.40 | 2.00 ± 0.40 |" in md
+    assert "| b | **99.50 ± 0.20** | **0.50 ± 0.20** |" in md
     tex = to_latex(table)
-    assert r"\toprule" in tex and r"\textbf{98.50$\pm$0.00}" in tex and r"test\_accuracy [\%]" in tex
+    assert r"\toprule" in tex and r"\textbf{99.50$\pm$0.20}" in tex and r"test\_accuracy [\%]" in tex
     csv = to_csv(table).splitlines()
     assert csv[0] == "model,test_accuracy mean,test_accuracy std,test_accuracy n,test_error mean,test_error std,test_error n"
-    assert csv[1].startswith("a,98.0,1.0,3")
+    assert csv[1].startswith("a,98.0,0.4") and csv[1].split(",")[3] == "3"
 
 
 def test_single_seed_has_no_spread(tmp_path):
@@ -66,7 +80,7 @@ def test_single_seed_has_no_spread(tmp_path):
     assert "±" not in md.split("\n\n")[0]
     assert set(paths) == {"records.csv", "table.md", "table.tex", "table.csv"}
     assert not list(tmp_path.glob(".*.tmp"))
-    assert math.isclose(float(paths["records.csv"].read_text().splitlines()[1].split(",")[-1]), 99.0)
+    assert math.isclose(float(paths["records.csv"].read_text().splitlines()[1].split(",")[-1]), 97.6)
 
 
 def test_sweep_plots_are_written_as_png_and_pdf(tmp_path):
@@ -107,12 +121,12 @@ def test_published_numbers_sit_beside_measured_ones_with_footnotes():
         {"model": "b", "dataset": "mnist", "metric": "test_error", "value": 0.39, "std": None, "footnote": "Paper A, Table 1: base"},
         {"model": "zzz", "dataset": "mnist", "metric": "test_error", "value": 1.0, "std": None, "footnote": "unmeasured model"},
     ]
-    table = comparison_table(aggregate(records_frame(records(), AccuracySuite), AccuracySuite), AccuracySuite, reported)
+    table = comparison_table(records_frame(records(), AccuracySuite), AccuracySuite, reported)
     assert table.columns == ["test_accuracy", "test_error"] and table.footnotes == ["Paper A, Table 1: r=3", "Paper A, Table 1: base"]
     md = to_markdown(table)
     assert "| model | test_accuracy [%] | test_error [%] | test_error reported [%] |" in md
-    assert "| a | 98.0 ± 1.0 | 2.0 ± 1.0 | 0.25 ± 0.005 [1] |" in md
-    assert "| b | **98.50 ± 0.00** | **1.50 ± 0.00** | 0.39 [2] |" in md  # bold compares measured values only
+    assert "| a | 98.00 ± 0.40 | 2.00 ± 0.40 | 0.25 ± 0.005 [1] |" in md
+    assert "| b | **99.50 ± 0.20** | **0.50 ± 0.20** | 0.39 [2] |" in md  # bold compares measured values only
     assert "[1] Paper A, Table 1: r=3" in md and "unmeasured" not in md
     tex = to_latex(table)
     assert r"0.25$\pm$0.005$^{1}$" in tex and r"\noindent$^{2}$ Paper A, Table 1: base\par" in tex
@@ -121,5 +135,5 @@ def test_published_numbers_sit_beside_measured_ones_with_footnotes():
 
 def test_cells_with_fewer_seeds_are_marked():
     rows = [r for r in records() if not (r["model"] == "b" and r["seed"] == 2)]
-    md = to_markdown(comparison_table(aggregate(records_frame(rows, AccuracySuite), AccuracySuite), AccuracySuite))
-    assert "| b | **98.50 ± 0.00 (n=2)** |" in md and "n = 2/3 seed(s)" in md
+    md = to_markdown(comparison_table(records_frame(rows, AccuracySuite), AccuracySuite))
+    assert "| b | **99.40 ± 0.14 (n=2)** |" in md and "n = 2/3 seed(s)" in md

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from capsbench.evaluation import accuracy
+from capsbench.evaluation import correct
+from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.base import Context, Metric, Suite
 
 
@@ -17,9 +18,12 @@ class AccuracySuite(Suite):
     )
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
-        split = ctx.splits
-        acc = 100.0 * accuracy(
-            ctx.model, split.test_x, split.test_y, batch_size=ctx.batch_size, device=ctx.device,
-            transform=ctx.protocol.eval_inputs,
-        )
-        return [{"metric": "test_accuracy", "value": acc}, {"metric": "test_error", "value": 100.0 - acc}]
+        return accuracy_records(ctx)
+
+
+def accuracy_records(ctx: Context) -> list[dict[str, Any]]:
+    """test_accuracy and test_error of the model on the test split, with n, Wilson interval and per-image outcomes."""
+    split = ctx.splits
+    ok = correct(ctx.model, split.test_x, split.test_y, batch_size=ctx.batch_size, device=ctx.device,
+                 transform=ctx.protocol.eval_inputs).numpy()
+    return [{"metric": "test_accuracy", **accuracy_fields(ok)}, {"metric": "test_error", **error_fields(ok)}]

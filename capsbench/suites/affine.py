@@ -14,9 +14,10 @@ from capsbench.data.affnist import load_affnist_test
 from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.errors import CapsbenchError
-from capsbench.evaluation import accuracy
+from capsbench.evaluation import correct
 from capsbench.plots import SweepPlot
 from capsbench.protocols import CanvasProtocol, TrainingProtocol
+from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
 
 log = logging.getLogger(__name__)
@@ -98,10 +99,10 @@ class AffineSuite(Suite):
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, test, split = ctx.params, ctx.resources, ctx.splits
         evaluate = dict(model=ctx.model, batch_size=ctx.batch_size, device=ctx.device)
-        centred = accuracy(x=split.test_x, y=split.test_y, transform=ctx.protocol.eval_inputs, **evaluate)
+        centred = correct(x=split.test_x, y=split.test_y, transform=ctx.protocol.eval_inputs, **evaluate)
         records = [
-            {"metric": "centred_accuracy", "value": 100.0 * centred},
-            {"metric": "affnist_accuracy", "value": 100.0 * accuracy(x=test.images, y=test.labels, **evaluate),
+            {"metric": "centred_accuracy", **accuracy_fields(centred.numpy())},
+            {"metric": "affnist_accuracy", **accuracy_fields(correct(x=test.images, y=test.labels, **evaluate).numpy()),
              "test_set": test.name},
         ]
         canvas = centre_on_canvas(split.test_x[: p.sweep_images], p.canvas)  # (N, 1, S, S) uint8
@@ -109,6 +110,7 @@ class AffineSuite(Suite):
         for transform in SWEEPS:
             for value in getattr(p, transform):
                 matrix, shift = sweep_transform(transform, value)
-                acc = accuracy(x=warp(canvas, matrix, shift), y=labels, **evaluate)
-                records.append({"metric": "sweep_accuracy", "value": 100.0 * acc, "transform": transform, "magnitude": float(value)})
+                ok = correct(x=warp(canvas, matrix, shift), y=labels, **evaluate).numpy()
+                records.append({"metric": "sweep_accuracy", **accuracy_fields(ok), "transform": transform,
+                                "magnitude": float(value)})
         return records

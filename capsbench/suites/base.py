@@ -21,12 +21,14 @@ class Metric:
     """A metric a suite reports: its MLflow-safe name, unit, and which direction is better.
 
     higher_is_better=None marks a descriptive number (a property of the data, not of a model): no best.
+    exact=True marks a deterministic count (parameters, MACs): no noise, so a strict lead is significant.
     """
 
     name: str
     unit: str
     higher_is_better: bool | None
     description: str = ""
+    exact: bool = False
 
     def __post_init__(self) -> None:
         if not _SAFE_NAME.match(self.name):
@@ -69,6 +71,7 @@ class Suite:
     description: ClassVar[str]
     metrics: ClassVar[tuple[Metric, ...]]
     sweep_columns: ClassVar[tuple[str, ...]] = ()  # record columns such as eps or angle
+    detail_columns: ClassVar[tuple[str, ...]] = ()  # text columns kept in the records, never pivoted (e.g. a reason)
     plots: ClassVar[tuple[SweepPlot, ...]] = ()  # drawn from the records by the report layer
     table_metrics: ClassVar[tuple[str, ...] | None] = None  # metrics shown in the table; None = all
     Params: ClassVar[type] = NoParams

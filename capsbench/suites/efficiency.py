@@ -37,13 +37,13 @@ class EfficiencySuite(Suite):
     Params = EfficiencyParams
     sweep_columns = ("part", "module", "op", "mode", "batch", "r", "method", "device", "dtype")
     metrics = (
-        Metric("params", "M", False, "parameters, total and per part (encoder, routing weights, decoder)"),
-        Metric("macs", "M MACs", False, "multiply-accumulates of conv/linear/matmul ops per image, per part"),
-        Metric("flops", "M FLOPs", False, "2 x MACs per image"),
-        Metric("elementwise_ops", "M ops", False, "softmax, squash, norms, activations per image (one per element)"),
-        Metric("flopcounter_macs", "M MACs", False, "cross-check: torch FlopCounterMode FLOPs / 2 per image"),
-        Metric("module_macs", "M MACs", False, "MACs per top-level module"),
-        Metric("uncounted_op_calls", "calls", False, "ops no counter handles (listed, not hidden)"),
+        Metric("params", "M", False, "parameters, total and per part (encoder, routing weights, decoder)", exact=True),
+        Metric("macs", "M MACs", False, "multiply-accumulates of conv/linear/matmul ops per image, per part", exact=True),
+        Metric("flops", "M FLOPs", False, "2 x MACs per image", exact=True),
+        Metric("elementwise_ops", "M ops", False, "softmax, squash, norms, activations per image (one per element)", exact=True),
+        Metric("flopcounter_macs", "M MACs", False, "cross-check: torch FlopCounterMode FLOPs / 2 per image", exact=True),
+        Metric("module_macs", "M MACs", False, "MACs per top-level module", exact=True),
+        Metric("uncounted_op_calls", "calls", None, "ops no counter handles (listed, not hidden)"),
         Metric("peak_memory", "MiB", False, "peak memory of one step (CUDA max allocated, or process peak RSS on CPU)"),
         Metric("step_memory", "MiB", False, "CPU: how far the step raised RSS above the built model"),
         Metric("latency", "ms", False, "median forward time at batch 1 (eval, no grad)"),

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 from capsbench.data import DATASETS
 from capsbench.data.multimnist import PairRecipe, bounding_boxes, box_overlap, pair_labels, render
 from capsbench.data.multimnist_protocol import MultiMNISTProtocol, both_correct, digits_found
-from capsbench.evaluation import accuracy
+from capsbench.evaluation import correct
+from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.base import Context, Metric, Suite
 
 
@@ -53,15 +54,15 @@ class OverlapSuite(Suite):
         recipe = proto.test_recipe(split, pairs_per_digit=p.test_pairs_per_digit, seed=p.test_seed)
         pairs = pair_labels(split.test_y, recipe)  # (N, 2)
         scores = proto.pair_scores(ctx.model, split.test_x, recipe, batch_size=ctx.batch_size, device=ctx.device)
-        both = 100.0 * both_correct(scores, pairs).float().mean().item()
-        single = 100.0 * accuracy(
+        both = both_correct(scores, pairs).cpu().numpy()
+        single = correct(
             ctx.model, split.test_x, split.test_y, batch_size=ctx.batch_size, device=ctx.device, transform=proto.eval_inputs
-        )
+        ).numpy()
         return [
-            {"metric": "both_correct_accuracy", "value": both},
-            {"metric": "both_correct_error", "value": 100.0 - both},
-            {"metric": "per_digit_accuracy", "value": 100.0 * digits_found(scores, pairs).float().mean().item()},
-            {"metric": "single_digit_accuracy", "value": single},
+            {"metric": "both_correct_accuracy", **accuracy_fields(both)},
+            {"metric": "both_correct_error", **error_fields(both)},
+            {"metric": "per_digit_accuracy", **accuracy_fields(digits_found(scores, pairs).cpu().numpy().ravel())},
+            {"metric": "single_digit_accuracy", **accuracy_fields(single)},
             {"metric": "box_overlap", "value": 100.0 * box_overlap(bounding_boxes(split.test_x), recipe).mean().item()},
         ]
 

@@ -11,9 +11,9 @@ import torch
 from capsbench.cost.precision import autocast, check_precision, maybe_compile
 from capsbench.cost.timing import median_seconds
 from capsbench.errors import CapsbenchError
-from capsbench.evaluation import accuracy
 from capsbench.models import MODELS
 from capsbench.plots import SweepPlot
+from capsbench.suites.accuracy import accuracy_records
 from capsbench.suites.base import Context, Metric, Suite, Variant
 
 
@@ -56,11 +56,7 @@ class RoutingSuite(Suite):
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p: RoutingParams = ctx.params
         split = ctx.splits
-        acc = 100.0 * accuracy(
-            ctx.model, split.test_x, split.test_y, batch_size=ctx.batch_size, device=ctx.device,
-            transform=ctx.protocol.eval_inputs,
-        )
-        records = [{"metric": "test_accuracy", "value": acc}, {"metric": "test_error", "value": 100.0 - acc}]
+        records = accuracy_records(ctx)
         model = maybe_compile(ctx.model.eval(), p.compile)
         side = ctx.protocol.input_size(split.spec.image_size)
         for batch in (1, p.large_batch):

@@ -1,0 +1,115 @@
+"""Known answers for the uncertainty maths (Wilson intervals, McNemar, Welch) and the significance rule for "best"."""
+
+import math
+
+import numpy as np
+import pytest
+
+from capsbench.significance import Cell, best_row
+from capsbench.stats import (
+    accuracy_fields,
+    decode_outcomes,
+    encode_outcomes,
+    error_fields,
+    mcnemar_p,
+    paired_p,
+    welch_p,
+    wilson_interval,
+)
+
+
+@pytest.mark.parametrize("k, n, low, high", [
+    # Newcombe, "Two-sided confidence intervals for the single proportion", Stat. Med. 1998, Table I (Wilson score)
+    (81, 263, 0.2553, 0.3662),
+    (15, 148, 0.0624, 0.1605),
+    (0, 20, 0.0, 0.1611),
+    (1, 29, 0.0061, 0.1718),
+    (29, 29, 0.8830, 1.0),
+])
+def test_wilson_interval_matches_newcombe(k, n, low, high):
+    lo, hi = wilson_interval(k, n)
+    assert (round(lo, 4), round(hi, 4)) == (low, high)
+
+
+def test_wilson_half_width_at_one_thousand_images_is_about_three_points():
+    lo, hi = wilson_interval(500, 1000)
+    assert 0.030 < (hi - lo) / 2 < 0.032
+
+
+def test_mcnemar_exact_for_small_counts():
+    # b=1, c=9: two-sided binomial(10, 1/2) tail, 2 * (1 + 10) / 1024
+    assert mcnemar_p(1, 9) == pytest.approx(22 / 1024, abs=1e-12)
+    assert mcnemar_p(9, 1) == mcnemar_p(1, 9)
+    assert mcnemar_p(0, 0) == 1.0 and mcnemar_p(5, 5) == 1.0
+
+
+def test_mcnemar_chi_squared_with_continuity_correction_for_large_counts():
+    # b=30, c=10: (|30-10| - 1)^2 / 40 = 9.025 on 1 df; P(chi2_1 > x) = erfc(sqrt(x / 2))
+    assert mcnemar_p(30, 10) == pytest.approx(math.erfc(math.sqrt(9.025 / 2)), rel=1e-9)
+
+
+def test_paired_p_counts_only_discordant_pairs():
+    a = np.array([1, 1, 1, 0, 0, 1] * 10, dtype=bool)
+    b = np.array([1, 0, 1, 0, 1, 0] * 10, dtype=bool)  # a alone right 20 times, b alone 10
+    assert paired_p(a, b) == mcnemar_p(20, 10)
+    with pytest.raises(ValueError, match="same items"):
+        paired_p(a, b[:-1])
+
+
+def test_welch_known_answer():
+    # t = (2 - 5) / sqrt(1/3 + 1/3) = -3.674, df = 4: two-sided p = 0.02131
+    assert welch_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.02131, abs=5e-5)
+    assert welch_p([1, 1], [1, 1]) == 1.0 and welch_p([1, 1], [2, 2]) == 0.0
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1000])
+def test_outcomes_round_trip(n):
+    flags = np.random.default_rng(n).random(n) < 0.6
+    assert np.array_equal(decode_outcomes(encode_outcomes(flags), n), flags)
+
+
+def test_accuracy_and_error_fields():
+    ok = np.array([True] * 81 + [False] * 182)
+    acc, err = accuracy_fields(ok), error_fields(ok)
+    assert acc["n"] == 263 and acc["value"] == pytest.approx(100 * 81 / 263)
+    assert (round(acc["ci_low"], 2), round(acc["ci_high"], 2)) == (25.53, 36.62)
+    assert err["value"] == pytest.approx(100 - acc["value"]) and err["ci_low"] == pytest.approx(100 - acc["ci_high"])
+    assert err["outcomes"] == acc["outcomes"]
+
+
+def paired_cells(right_a: int, right_b: int, both: int, n: int = 1000) -> dict[str, Cell]:
+    """Two models on the same n images: a alone right on right_a, b alone on right_b, both on `both`."""
+    a = np.zeros(n, dtype=bool)
+    b = np.zeros(n, dtype=bool)
+    a[:both] = b[:both] = True
+    a[both : both + right_a] = True
+    b[both + right_a : both + right_a + right_b] = True
+    return {"a": Cell({0: 100 * a.mean()}, {0: a}), "b": Cell({0: 100 * b.mean()}, {0: b})}
+
+
+def test_best_only_when_significant():
+    assert best_row(paired_cells(30, 5, 500), higher_is_better=True).best == "a"
+    inside_noise = best_row(paired_cells(12, 8, 500), higher_is_better=True)
+    assert inside_noise.best is None and inside_noise.test == "mcnemar" and inside_noise.p > 0.05
+    assert best_row(paired_cells(5, 30, 500), higher_is_better=False).best == "a"  # a is lower: better for errors
+
+
+def test_ties_and_lonely_models_are_never_best():
+    cells = paired_cells(10, 10, 500)
+    assert best_row(cells, higher_is_better=True).best is None
+    assert best_row({"a": cells["a"]}, higher_is_better=True).best is None
+
+
+def test_undertrained_rows_are_never_best_nor_runner_up():
+    cells = {**paired_cells(30, 5, 500), "c": Cell({0: 99.9}, {0: np.ones(1000, dtype=bool)})}
+    assert best_row(cells, higher_is_better=True).best == "c"
+    assert best_row(cells, higher_is_better=True, excluded=frozenset({"c"})).best == "a"
+
+
+def test_seeds_without_outcomes_use_welch_and_exact_counts_need_no_test():
+    cells = {"a": Cell({0: 99.0, 1: 99.1, 2: 98.9}), "b": Cell({0: 97.0, 1: 97.2, 2: 96.9})}
+    verdict = best_row(cells, higher_is_better=True)
+    assert verdict.best == "a" and verdict.test == "welch"
+    one_seed = {"a": Cell({0: 1.5}), "b": Cell({0: 2.0})}
+    assert best_row(one_seed, higher_is_better=False).best is None
+    assert best_row(one_seed, higher_is_better=False, exact=True).best == "a"
