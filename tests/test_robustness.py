@@ -3,21 +3,26 @@ the notes in the table, and `suite=robustness budget=smoke` end to end on real M
 
 import csv
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 from typer.testing import CliRunner
 
+from capsbench import create_model, list_models
+from capsbench.models import MODELS
 from capsbench.cli import app
 from capsbench.config import compose
 from capsbench.errors import CapsbenchError
 from capsbench.models import Classifier, ModelOutput
 from capsbench.protocols import TrainingProtocol
 from capsbench.report import write_outputs
+from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context
 from capsbench.suites.robustness import RobustnessParams, RobustnessSuite
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
 from conftest import make_splits
+from test_models import tiny_args
 
 
 class BandModel(Classifier):
@@ -39,11 +44,10 @@ class BandModel(Classifier):
         return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
 
 
-def measure(model: Classifier) -> list[dict]:
-    params = RobustnessParams(
-        eps={"synthetic": [0.0, 0.25, 0.5]}, blackbox_eps={"synthetic": 0.5}, pgd_steps=10, square_queries=200,
-        batch_size=16, examples=4,
-    )
+def measure(model: Classifier, **overrides) -> list[dict]:
+    settings = {"eps": {"synthetic": [0.0, 0.25, 0.5]}, "blackbox_eps": {"synthetic": 0.5}, "pgd_steps": 10,
+                "square_queries": 200, "batch_size": 16, "examples": 4, **overrides}
+    params = RobustnessParams(**settings)
     ctx = Context(model=model.eval(), model_name="band", splits=make_splits(n_test=48), params=params, device="cpu",
                   batch_size=16, seed=0, protocol=TrainingProtocol())
     return [{"model": "band", "dataset": "synthetic", "seed": 0, **r} for r in RobustnessSuite().measure(ctx)]
@@ -60,13 +64,40 @@ def value(records, attack, eps) -> float:
 
 def test_flags_stay_quiet_on_a_normal_model():
     records = measure(BandModel())
-    clean = [r["value"] for r in records if r["metric"] == "clean_accuracy"]
-    assert clean == [100.0]
-    for attack in ("fgsm", "pgd", "pgd_margin"):
+    clean = [r for r in records if r["metric"] == "clean_accuracy"]
+    assert [r["value"] for r in clean] == [100.0] and clean[0]["n"] == 48 and clean[0]["ci_high"] == 100.0
+    for attack in ("fgsm", "pgd", "worst_case"):
         assert value(records, attack, 0.0) == 100.0 and value(records, attack, 0.5) == 0.0
     assert fired(records) == set()
-    assert {r["check"] for r in records if r["metric"] == "sanity_flag"} == set(CHECKS)
+    # the capsule-adaptive attacks do not apply to a CNN: skipped with a reason, so their check has nothing to compare
+    assert {r["attack"] for r in records if r["metric"] == "attack_skipped"} == {"pgd_adaptive", "vote"}
+    assert {r["check"] for r in records if r["metric"] == "sanity_flag"} == set(CHECKS) - {"adaptive_stronger"}
     assert [r["value"] for r in records if r["metric"] == "sanity_flags"] == [0.0]
+
+
+def test_every_accuracy_record_carries_n_and_a_wilson_interval():
+    for r in measure(BandModel(quantise=True)):
+        if r["metric"] in ("clean_accuracy", "robust_accuracy"):
+            assert r["n"] == 48 and r["ci_low"] <= r["value"] <= r["ci_high"] and isinstance(r["outcomes"], str)
+
+
+def test_worst_case_is_below_every_attack_and_monotone():
+    records = measure(BandModel(quantise=True))
+    grid = (0.0, 0.25, 0.5)
+    worst = [value(records, "worst_case", e) for e in grid]
+    assert worst == sorted(worst, reverse=True) and worst[0] == 100.0
+    for r in records:
+        if r["metric"] == "robust_accuracy" and r["attack"] != "worst_case":
+            assert value(records, "worst_case", r["eps"]) <= r["value"]
+    assert value(records, "worst_case", 0.5) <= value(records, "square", 0.5) < value(records, "pgd", 0.5)
+
+
+def test_early_exit_and_batching_leave_the_records_identical():
+    fast = measure(BandModel(quantise=True))
+    slow = measure(BandModel(quantise=True), early_exit=False, batch_size=7)
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "value" or r["metric"] != "attack_throughput"} for r in rows]
+    assert strip(fast) == strip(slow)
 
 
 def test_flags_fire_on_a_gradient_masked_model():
@@ -77,16 +108,31 @@ def test_flags_fire_on_a_gradient_masked_model():
     assert [r["value"] for r in records if r["metric"] == "sanity_flags"] == [2.0]
 
 
+def test_extra_attacks_only_lower_the_worst_case():
+    base = measure(BandModel(quantise=True), attacks=["fgsm", "pgd"])
+    extra = measure(BandModel(quantise=True), attacks=["fgsm", "pgd"], extra_attacks=["square"])
+    assert value(base, "worst_case", 0.5) == 100.0 and value(extra, "worst_case", 0.5) < 50.0
+    assert not [r for r in extra if r.get("attack") == "square" and r["metric"] == "robust_accuracy"]
+
+
 def rec(metric, value, **cols):
     return {"model": "m", "dataset": "d", "seed": 0, "metric": metric, "value": value, **cols}
 
 
-def curve_records(fgsm, pgd, square=None, clean=90.0):
-    rows = [rec("clean_accuracy", clean)]
-    rows += [rec("robust_accuracy", v, attack="fgsm", eps=e) for e, v in zip((0.0, 0.1, 0.3), fgsm)]
-    rows += [rec("robust_accuracy", v, attack="pgd", eps=e) for e, v in zip((0.0, 0.1, 0.3), pgd)]
+def accuracy_rec(metric, percent, n=200, **cols):
+    """A record with outcomes: the first percent% of n images right."""
+    ok = np.arange(n) < round(percent * n / 100)
+    return {"model": "m", "dataset": "d", "seed": 0, "metric": metric, **accuracy_fields(ok), **cols}
+
+
+def curve_records(fgsm, pgd, square=None, clean=90.0, adaptive=None):
+    rows = [accuracy_rec("clean_accuracy", clean)]
+    rows += [accuracy_rec("robust_accuracy", v, attack="fgsm", eps=e) for e, v in zip((0.0, 0.1, 0.3), fgsm)]
+    rows += [accuracy_rec("robust_accuracy", v, attack="pgd", eps=e) for e, v in zip((0.0, 0.1, 0.3), pgd)]
+    if adaptive is not None:
+        rows += [accuracy_rec("robust_accuracy", v, attack="pgd_adaptive", eps=e) for e, v in zip((0.0, 0.1, 0.3), adaptive)]
     if square is not None:
-        rows.append(rec("robust_accuracy", square, attack="square", eps=0.1))
+        rows.append(accuracy_rec("robust_accuracy", square, attack="square", eps=0.1))
     return rows
 
 
@@ -97,6 +143,8 @@ def curve_records(fgsm, pgd, square=None, clean=90.0):
     (curve_records([90, 50, 60], [90, 40, 0]), {"monotone_in_eps"}),
     (curve_records([90, 50, 5], [90, 40, 0], square=30), {"blackbox_not_stronger"}),
     (curve_records([90, 50, 5], [90, 40, 2]), {"near_zero_at_max_eps"}),
+    (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 38, 0]), set()),  # 2 points on 200 images: noise
+    (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 25, 0]), {"adaptive_stronger"}),
 ])
 def test_each_check_fires_on_its_own_violation(records, expected):
     assert {f.check for f in sanity_flags(records, near_zero=1.0) if f.fired} == expected
@@ -135,18 +183,24 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
     out = tmp_path / "out" / "robustness"
     with open(out / "records.csv") as fh:
         rows = list(csv.DictReader(fh))
+    assert {"n", "ci_low", "ci_high"} <= set(rows[0])
     cleans = []
+    grid = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]
     for model in ("capsnet", "cnn_sabour", "cnn_9x9"):
         mine = [{**r, "value": float(r["value"]), "seed": int(r["seed"]), "eps": float(r["eps"]) if r["eps"] else None}
                 for r in rows if r["model"] == model]
         (clean,) = [r["value"] for r in mine if r["metric"] == "clean_accuracy"]
         cleans.append(clean)
-        robust = {(r["attack"], r["eps"]): r["value"] for r in mine if r["metric"] == "robust_accuracy"}
-        grid = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]
-        assert set(robust) == {(a, e) for a in ("fgsm", "pgd", "pgd_margin") for e in grid} | {("square", 0.15)}
-        assert all(robust[(a, 0.0)] == clean for a in ("fgsm", "pgd", "pgd_margin"))
+        robust = {(r["attack"], r["eps"]): r for r in mine if r["metric"] == "robust_accuracy"}
+        attacks = ("fgsm", "pgd", "pgd_adaptive", "vote", "worst_case") if model == "capsnet" else ("fgsm", "pgd", "worst_case")
+        assert set(robust) == {(a, e) for a in attacks for e in grid} | {("square", 0.15)}
+        for (attack, eps), r in robust.items():
+            assert float(r["n"]) == 100 and float(r["ci_low"]) <= r["value"] <= float(r["ci_high"])
+            assert robust[("worst_case", eps)]["value"] <= r["value"]
+        assert all(robust[(a, 0.0)]["value"] == clean for a in attacks)
         flags = {r["check"]: r["value"] for r in mine if r["metric"] == "sanity_flag"}
-        assert set(flags) == set(CHECKS) and flags["eps0_equals_clean"] == 0.0
+        expected_checks = set(CHECKS) if model == "capsnet" else set(CHECKS) - {"adaptive_stronger"}
+        assert set(flags) == expected_checks and flags["eps0_equals_clean"] == 0.0
         recomputed = {f.check: float(f.fired) for f in sanity_flags(mine, near_zero=1.0)}
         assert flags == recomputed
         for check, v in flags.items():
@@ -154,8 +208,24 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
                 assert f"FLAG {model} / mnist seed 0: {check}" in result.output
         assert (out / "figures" / f"adversarial_examples-{model}-s0.png").stat().st_size > 0
     assert max(cleans) > 50.0, f"no smoke model is well above chance: {cleans}"
-    assert "robust_accuracy (attack=pgd, eps=0.3)" in (out / "table.md").read_text()
+    assert "vote not run on cnn_sabour" in result.output
     assert (out / "robust_accuracy_vs_eps.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_unknown_attack_fails_with_the_valid_ones_and_writes_nothing(tmp_path):
+    result = CliRunner().invoke(app, ["run", "suite=robustness", "params.attacks=[pgd,votes]", f"output_dir={tmp_path / 'out'}"])
+    assert result.exit_code == 2 and "unknown attack 'votes'" in result.output and "did you mean 'vote'" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", [m for m in list_models() if MODELS.get(m).cls.is_capsule])
+def test_every_capsule_model_gets_the_adaptive_attacks_and_a_worst_case(name):
+    torch.manual_seed(0)
+    records = measure(create_model(name, **tiny_args(name)).eval(), pgd_steps=3, square_queries=20)
+    attacks = {r["attack"] for r in records if r["metric"] == "robust_accuracy"}
+    skipped = {r["attack"]: r["reason"] for r in records if r["metric"] == "attack_skipped"}
+    assert {"pgd_adaptive", "worst_case"} <= attacks
+    assert "vote" in attacks or (name == "srcapsnet" and "uniform coupling" in skipped["vote"])
 
 
 @pytest.mark.parametrize("budget", ["smoke", "quick", "paper"])

@@ -1,5 +1,6 @@
-"""Robust accuracy under L-inf attacks (FGSM, PGD on cross-entropy and margin, Square, opt-in AutoAttack)
-over an epsilon grid, with gradient-masking sanity flags recorded for every (model, seed)."""
+"""Robust accuracy under L-inf attacks over an eps grid: standard (FGSM, PGD), capsule-adaptive (PGD through the
+squash, Vote Attack) and black-box (Square), the per-image worst case over all of them as the headline, Wilson
+intervals on every number, and gradient-masking checks per (model, seed)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import torch
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
 
-from capsbench.attacks import BLACK_BOX, WHITE_BOX, AttackSettings, attack_target, build_attack, restarts_for, worst_case
-from capsbench.data import batches
+from capsbench.attacks import ATTACKS, WORST_CASE, AttackSettings, worst_case_broken
+from capsbench.data import as_images, batches
 from capsbench.errors import CapsbenchError
 from capsbench.evaluation import predict
 from capsbench.plots import STYLE, SweepPlot
 from capsbench.registry import close_matches
+from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
 
@@ -27,12 +29,14 @@ from capsbench.suites.robustness_checks import CHECKS, sanity_flags
 class RobustnessParams:
     eps: dict[str, list[float]] = field(default_factory=dict)  # per dataset; must contain 0 (set in suites/robustness.yaml)
     blackbox_eps: dict[str, float] = field(default_factory=dict)  # per dataset: the one eps Square runs at
-    attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "pgd_margin", "square"])
-    pgd_steps: int = 40
+    attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "pgd_adaptive", "vote", "square"])  # reported alone
+    extra_attacks: list[str] = field(default_factory=list)  # worst case only: run on the images still robust there
+    pgd_steps: int = 50
     pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
     pgd_restarts: int = 1
     square_queries: int = 1000
-    batch_size: int = 250  # attack batch size
+    batch_size: int = 500  # rows (image x eps pairs) attacked together
+    early_exit: bool = True  # stop attacking an image once broken (same records, less work)
     attack_seed: int = 0  # fixes random starts and the self-seeded attacks (Square, AutoAttack)
     near_zero: float = 1.0  # % accuracy at the largest eps below which the strongest attack counts as ~0
     examples: int = 8  # images in the adversarial-example grid per model
@@ -46,20 +50,32 @@ def _grid(params: Any, dataset: str) -> tuple[list[float], float | None]:
     return grid, None if bb is None else float(bb)
 
 
+def settings(params: Any, num_classes: int) -> AttackSettings:
+    return AttackSettings(
+        steps=params.pgd_steps, step_ratio=params.pgd_step_ratio, restarts=params.pgd_restarts,
+        square_queries=params.square_queries, num_classes=num_classes, seed=params.attack_seed,
+        batch_size=params.batch_size, early_exit=params.early_exit,
+    )
+
+
 class RobustnessSuite(Suite):
-    """Robust accuracy per (attack, eps) on the test split; an image counts only if it is classified correctly
-    both clean and attacked. The attacked decision is the classifier's argmax over its class scores."""
+    """Robust accuracy per (attack, eps) on the test split; an image counts only if it is classified correctly both
+    clean and under attack. The attacked decision is the classifier's argmax over its class scores. Every attack in
+    params.attacks runs on every image classified correctly clean (it is reported on its own); `worst_case` is the
+    per-image union over all attacks and smaller eps, and params.extra_attacks attack only what it leaves robust."""
 
     name = "robustness"
-    description = "robust accuracy under L-inf FGSM / PGD (CE, margin) / Square over an eps grid, with masking checks"
+    description = "robust accuracy under L-inf FGSM / PGD / adaptive (squash-aware, vote) / Square, worst case, masking checks"
     metrics = (
         Metric("clean_accuracy", "%", True, "accuracy on the attacked test images, unperturbed"),
         Metric("robust_accuracy", "%", True, "share of test images classified correctly both clean and under attack"),
-        Metric("sanity_flags", "count", False, "gradient-masking checks that fired for this (model, seed)"),
-        Metric("sanity_flag", "fired", False, "1 if the check in column `check` fired, else 0"),
-        Metric("attack_throughput", "images/s", True, "images attacked per second, over the eps > 0 runs"),
+        Metric("attack_skipped", "count", None, "1: the attack in column `attack` does not apply to this model (see `reason`)"),
+        Metric("sanity_flags", "count", None, "gradient-masking checks that fired for this (model, seed)"),
+        Metric("sanity_flag", "fired", None, "1 if the check in column `check` fired, else 0"),
+        Metric("attack_throughput", "images/s", True, "images x eps attacked per second, over the eps > 0 runs"),
     )
     sweep_columns = ("attack", "eps", "check")
+    detail_columns = ("reason",)
     table_metrics = ("clean_accuracy", "robust_accuracy", "sanity_flags")
     plots = (SweepPlot("robust_accuracy_vs_eps", "robust_accuracy", "eps", facet="attack", ylabel="robust accuracy [%]"),)
     Params = RobustnessParams
@@ -69,81 +85,65 @@ class RobustnessSuite(Suite):
         grid, bb = _grid(p, cfg.dataset)
         if 0.0 not in grid or grid != sorted(set(grid)) or not all(0.0 <= e <= 1.0 for e in grid):
             raise CapsbenchError(f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}")
-        for a in p.attacks:
-            if a not in (*WHITE_BOX, *BLACK_BOX):
-                raise CapsbenchError(f"unknown attack {a!r} in params.attacks: {close_matches(a, [*WHITE_BOX, *BLACK_BOX])}")
-        if any(a in BLACK_BOX for a in p.attacks) and (bb is None or bb not in grid or bb == 0.0):
-            raise CapsbenchError(
-                f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}"
-            )
+        for key in ("attacks", "extra_attacks"):
+            for a in p[key]:
+                if a not in ATTACKS:
+                    raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, ATTACKS.names())}")
+        if not p.attacks:
+            raise CapsbenchError("params.attacks is empty: name at least one attack, e.g. params.attacks=[pgd]")
+        if any(not ATTACKS.get(a).white_box for a in (*p.attacks, *p.extra_attacks)) and (bb is None or bb not in grid or bb == 0.0):
+            raise CapsbenchError(f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}")
         if p.pgd_steps < 1 or p.pgd_restarts < 1 or p.batch_size < 1 or p.square_queries < 1:
             raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
 
-    def _settings(self, ctx: Context) -> AttackSettings:
-        p = ctx.params
-        return AttackSettings(
-            steps=p.pgd_steps, step_ratio=p.pgd_step_ratio, restarts=p.pgd_restarts, square_queries=p.square_queries,
-            num_classes=ctx.splits.spec.num_classes, seed=p.attack_seed,
-        )
-
-    def _plan(self, ctx: Context) -> list[tuple[str, float]]:
-        grid, bb = _grid(ctx.params, ctx.splits.name)
-        return [(a, e) for a in ctx.params.attacks for e in ([bb] if a in BLACK_BOX else grid)]
-
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, x, y = ctx.params, ctx.splits.test_x, ctx.splits.test_y
-        clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y
-        records: list[dict[str, Any]] = [{"metric": "clean_accuracy", "value": 100.0 * clean_ok.sum().item() / len(y)}]
-        target, settings = attack_target(ctx.model), self._settings(ctx)
-        seconds: dict[str, float] = defaultdict(float)
-        attacked: dict[str, int] = defaultdict(int)
-        for i, (name, eps) in enumerate(self._plan(ctx)):
-            torch.manual_seed(p.attack_seed * 1_000_003 + i)  # PGD's random start draws from the global RNG
-            start = time.perf_counter()
-            adv = torch.cat([
-                worst_case(build_attack(name, target, eps=eps, settings=settings), ctx.model, images, labels,
-                           restarts=restarts_for(name, settings)).cpu()
-                for images, labels in batches(x, y, p.batch_size, device=ctx.device)
-            ])
-            if eps > 0:
-                seconds[name] += time.perf_counter() - start
-                attacked[name] += len(y)
-            # Same batching and prediction path as the clean images: at eps=0 the two must agree exactly.
-            adv_ok = predict(ctx.model, adv, y, batch_size=p.batch_size, device=ctx.device) == y
-            robust = (clean_ok & adv_ok).sum().item()
-            records.append({"metric": "robust_accuracy", "value": 100.0 * robust / len(y), "attack": name, "eps": eps})
+        grid, bb = _grid(p, ctx.splits.name)
+        clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
+        records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
+        run = _AttackRun(ctx, clean_ok, settings(p, ctx.splits.spec.num_classes))
+        for name in p.attacks:
+            eps_values = grid if ATTACKS.get(name).white_box else [bb]
+            records += run.standalone(name, eps_values)
+        for name in p.extra_attacks:
+            records += run.worst_case_only(name, grid if ATTACKS.get(name).white_box else [bb])
+        worst = worst_case_broken(run.broken, grid, len(y))
         records += [
-            {"metric": "attack_throughput", "value": attacked[a] / seconds[a], "attack": a} for a in seconds if seconds[a] > 0
+            {"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps, **accuracy_fields((clean_ok & ~worst[eps]).numpy())}
+            for eps in grid
         ]
+        records += [{"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
+                    for a, s in run.seconds.items() if s > 0 and run.rows[a] > 0]
         flags = sanity_flags(records, near_zero=p.near_zero)
         records += [{"metric": "sanity_flag", "value": float(f.fired), "check": f.check} for f in flags]
         records.append({"metric": "sanity_flags", "value": float(sum(f.fired for f in flags))})
         return records
 
     def notes(self, records: list[dict[str, Any]], params: Any) -> list[str]:
-        """One line per fired sanity flag (model, seed, what was seen), or one line saying none fired."""
+        """One line per fired sanity flag and per skipped attack (model, seed, what was seen), or one line saying
+        that every check passed."""
         groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
         for r in records:
             groups[(r["model"], r["dataset"], r["seed"])].append(r)
-        fired = [
+        lines = [
             f"FLAG {model} / {dataset} seed {seed}: {f.check} ({CHECKS[f.check]}): {f.detail}"
             for (model, dataset, seed), rows in groups.items()
             for f in sanity_flags(rows, near_zero=params.near_zero) if f.fired
-        ]
-        checked = ", ".join(CHECKS)
-        return fired or [f"sanity checks passed for every model and seed: {checked}"]
+        ] or [f"sanity checks passed for every model and seed: {', '.join(CHECKS)}"]
+        skipped = {(r["model"], r["attack"], r["reason"]) for r in records if r["metric"] == "attack_skipped"}
+        return lines + [f"{attack} not run on {model}: {reason}" for model, attack, reason in sorted(skipped)]
 
     def figures(self, ctx: Context) -> dict[str, Figure]:
-        """PGD (cross-entropy) adversarial examples of the first test images at every eps, titled by the decision."""
+        """PGD adversarial examples of the first test images at every eps, titled by the model's decision."""
         p, n = ctx.params, ctx.params.examples
         grid, _ = _grid(p, ctx.splits.name)
         images, labels = next(batches(ctx.splits.test_x[:n], ctx.splits.test_y[:n], n, device=ctx.device))
-        target, settings = attack_target(ctx.model), self._settings(ctx)
+        result = ATTACKS.get("pgd").run(ctx.model, images, labels, torch.arange(n), grid,
+                                        settings(p, ctx.splits.spec.num_classes))
         with plt.rc_context(STYLE):
             fig, axes = plt.subplots(len(grid), n, figsize=(0.9 * n, 1.0 * len(grid)), squeeze=False)
             for row, eps in enumerate(grid):
-                torch.manual_seed(p.attack_seed)
-                adv = build_attack("pgd", target, eps=eps, settings=settings)(images, labels)
+                adv = result.adversarial[eps]
                 preds = predict(ctx.model, adv, labels, batch_size=n, device=ctx.device)
                 for col, ax in enumerate(axes[row]):
                     ax.imshow(adv[col].detach().cpu().permute(1, 2, 0).squeeze(-1), cmap="gray", vmin=0, vmax=1)
@@ -155,3 +155,54 @@ class RobustnessSuite(Suite):
             fig.suptitle(f"{ctx.model_name}: PGD-{p.pgd_steps} decisions (red = wrong)", fontsize=8)
             fig.tight_layout()
         return {"adversarial_examples": fig}
+
+
+class _AttackRun:
+    """The attacks of one (model, seed): per attack and eps which test images it broke, and what it cost."""
+
+    def __init__(self, ctx: Context, clean_ok: torch.Tensor, attack_settings: AttackSettings) -> None:
+        self.ctx, self.clean_ok, self.settings = ctx, clean_ok, attack_settings
+        self.broken: dict[str, dict[float, torch.Tensor]] = {}
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.rows: dict[str, int] = defaultdict(int)
+        self.sample = as_images(ctx.splits.test_x[:1], ctx.device)
+
+    def standalone(self, name: str, eps_values: list[float]) -> list[dict[str, Any]]:
+        """Run `name` on every image classified correctly clean; robust-accuracy records per eps (or a skip record)."""
+        reason = ATTACKS.get(name).applies_to(self.ctx.model, self.sample)
+        if reason is not None:
+            return [{"metric": "attack_skipped", "value": 1.0, "attack": name, "reason": reason}]
+        broken = self._attack(name, self.clean_ok, eps_values)
+        return [
+            {"metric": "robust_accuracy", "attack": name, "eps": eps, **accuracy_fields((self.clean_ok & ~mask).numpy())}
+            for eps, mask in broken.items()
+        ]
+
+    def worst_case_only(self, name: str, eps_values: list[float]) -> list[dict[str, Any]]:
+        """Run `name` at each eps (ascending) only on the images every attack so far, at this and smaller eps, left
+        robust: it can only lower the worst case, so nothing else needs attacking. No records of its own."""
+        reason = ATTACKS.get(name).applies_to(self.ctx.model, self.sample)
+        if reason is not None:
+            return [{"metric": "attack_skipped", "value": 1.0, "attack": name, "reason": reason}]
+        for eps in sorted(e for e in eps_values if e > 0):
+            robust = self.clean_ok & ~worst_case_broken(self.broken, [eps], len(self.clean_ok))[eps]
+            self._attack(name, robust, [eps])
+        return []
+
+    def _attack(self, name: str, candidates: torch.Tensor, eps_values: list[float]) -> dict[float, torch.Tensor]:
+        ids = candidates.nonzero().squeeze(1)  # (M,) test-set indices of the images to attack
+        images, y = as_images(self.ctx.splits.test_x[ids], self.ctx.device), self.ctx.splits.test_y[ids]
+        start = time.perf_counter()
+        result = ATTACKS.get(name).run(self.ctx.model, images, y.to(self.ctx.device), ids, eps_values, self.settings) \
+            if len(ids) else None
+        self.seconds[name] += time.perf_counter() - start
+        self.rows[name] += len(ids) * sum(e > 0 for e in eps_values)
+        out = {}
+        for eps in eps_values:
+            mask = torch.zeros(len(self.clean_ok), dtype=torch.bool)
+            if result is not None:
+                mask[ids] = result.broken[eps].cpu()
+            out[eps] = mask
+            per_eps = self.broken.setdefault(name, {})
+            per_eps[eps] = per_eps.get(eps, torch.zeros_like(mask)) | mask
+        return out

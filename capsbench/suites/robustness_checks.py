@@ -1,5 +1,5 @@
-"""Gradient-masking sanity checks on one (model, dataset, seed)'s robustness records (Carlini et al.,
-"On Evaluating Adversarial Robustness", arXiv:1902.06705): each returns whether it fired and why."""
+"""Gradient-masking sanity checks on one (model, dataset, seed)'s robustness records (Carlini et al., "On Evaluating
+Adversarial Robustness", arXiv:1902.06705; Tramèr et al., arXiv:2002.08347): each returns whether it fired and why."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from capsbench.attacks import BLACK_BOX, WHITE_BOX
+from capsbench.attacks import ATTACKS
+from capsbench.stats import ALPHA, decode_outcomes, paired_p
+
+ADAPTIVE = ("pgd_adaptive", "vote")
 
 CHECKS = {
     "eps0_equals_clean": "accuracy at eps=0 equals clean accuracy exactly",
-    "pgd_not_weaker_than_fgsm": "PGD (CE and margin) never more accurate than FGSM at the same eps",
+    "pgd_not_weaker_than_fgsm": "PGD (standard and adaptive) never more accurate than FGSM at the same eps",
     "monotone_in_eps": "accuracy never increases with eps",
     "blackbox_not_stronger": "the black-box attack never beats the strongest white-box attack",
     "near_zero_at_max_eps": "the strongest white-box attack reaches near-zero accuracy at the largest eps",
+    "adaptive_stronger": "standard PGD not significantly weaker than the capsule-adaptive attacks (paired McNemar, p < 0.05)",
 }
 
 
@@ -25,11 +29,11 @@ class Flag:
     detail: str
 
 
-def _curves(records: list[dict[str, Any]]) -> dict[str, dict[float, float]]:
-    curves: dict[str, dict[float, float]] = defaultdict(dict)
+def _curves(records: list[dict[str, Any]]) -> dict[str, dict[float, dict[str, Any]]]:
+    curves: dict[str, dict[float, dict[str, Any]]] = defaultdict(dict)
     for r in records:
         if r["metric"] == "robust_accuracy":
-            curves[r["attack"]][float(r["eps"])] = float(r["value"])
+            curves[r["attack"]][float(r["eps"])] = r
     return curves
 
 
@@ -37,25 +41,30 @@ def _flag(check: str, problems: list[str]) -> Flag:
     return Flag(check, bool(problems), "; ".join(problems) if problems else "ok")
 
 
+def _is_white_box(attack: str) -> bool:
+    return attack in ATTACKS and ATTACKS.get(attack).white_box
+
+
 def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Flag]:
     """Every check that applies to these records (accuracies in %); `near_zero` is the threshold in %."""
     (clean,) = [float(r["value"]) for r in records if r["metric"] == "clean_accuracy"]
-    curves = _curves(records)
-    white = {a: c for a, c in curves.items() if a in WHITE_BOX}
+    rows = _curves(records)
+    curves = {a: {e: float(r["value"]) for e, r in c.items()} for a, c in rows.items()}
+    white = {a: c for a, c in curves.items() if _is_white_box(a)}
     flags = [_flag("eps0_equals_clean", [
         f"{a} {c[0.0]:.2f} % at eps=0 vs clean {clean:.2f} %" for a, c in curves.items() if 0.0 in c and c[0.0] != clean
     ])]
-    if "fgsm" in curves and {"pgd", "pgd_margin"} & set(curves):
+    if "fgsm" in curves and {"pgd", "pgd_adaptive"} & set(curves):
         fgsm = curves["fgsm"]
         flags.append(_flag("pgd_not_weaker_than_fgsm", [
             f"{a} {c[e]:.2f} % > fgsm {fgsm[e]:.2f} % at eps={e:g}"
-            for a, c in curves.items() if a in ("pgd", "pgd_margin") for e in sorted(c) if e in fgsm and c[e] > fgsm[e]
+            for a, c in curves.items() if a in ("pgd", "pgd_adaptive") for e in sorted(c) if e in fgsm and c[e] > fgsm[e]
         ]))
     flags.append(_flag("monotone_in_eps", [
         f"{a} rises from {c[lo]:.2f} % at eps={lo:g} to {c[hi]:.2f} % at eps={hi:g}"
         for a, c in curves.items() for lo, hi in zip(sorted(c), sorted(c)[1:]) if c[hi] > c[lo]
     ]))
-    for b in (b for b in BLACK_BOX if b in curves):
+    for b in (a for a in curves if a in ATTACKS and not ATTACKS.get(a).white_box):
         problems = []
         for e, acc in sorted(curves[b].items()):
             rivals = {a: c[e] for a, c in white.items() if e in c}
@@ -70,4 +79,23 @@ def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Fla
         flags.append(_flag("near_zero_at_max_eps", [
             f"strongest white-box attack ({best}) leaves {at_top[best]:.2f} % at eps={top:g} (> {near_zero:g} %)"
         ] if at_top[best] > near_zero else []))
+    if "pgd" in rows and set(ADAPTIVE) & set(rows):
+        flags.append(_flag("adaptive_stronger", _adaptive_problems(rows)))
     return flags
+
+
+def _adaptive_problems(rows: dict[str, dict[float, dict[str, Any]]]) -> list[str]:
+    """Where an adaptive attack leaves significantly fewer images robust than standard PGD on the same images."""
+    problems = []
+    for attack in (a for a in ADAPTIVE if a in rows):
+        for eps, rec in sorted(rows[attack].items()):
+            base = rows["pgd"].get(eps)
+            if base is None or eps == 0.0 or float(rec["value"]) >= float(base["value"]):
+                continue
+            n = int(float(rec["n"]))
+            p = paired_p(decode_outcomes(rec["outcomes"], n), decode_outcomes(base["outcomes"], n))
+            if p < ALPHA:
+                problems.append(f"{attack} {float(rec['value']):.2f} % < pgd {float(base['value']):.2f} % at eps={eps:g} "
+                                f"(n={n}, McNemar p={p:.2g})")
+    return problems
+
