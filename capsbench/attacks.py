@@ -13,9 +13,8 @@ from torchattacks.attack import Attack
 from capsbench.errors import CapsbenchError
 from capsbench.models import Classifier, LogitsAdapter
 from capsbench.registry import close_matches
+from capsbench.suites.robustness_params import BLACK_BOX, WHITE_BOX  # torch-free: config validation needs the names
 
-WHITE_BOX = ("fgsm", "pgd", "pgd_margin", "autoattack")
-BLACK_BOX = ("square",)
 AUTOATTACK_STEPS = 100  # the standard AutoAttack's APGD-CE, APGD-T and FAB-T iterations (Croce & Hein 2020)
 AUTOATTACK_SQUARE_QUERIES = 5000
 
