@@ -107,7 +107,7 @@ class CheckpointCache:
                 payload = torch.load(path, map_location="cpu", weights_only=True)
         except UNREADABLE as exc:
             reason = "it holds objects a weights-only load refuses" if "weights_only" in str(exc) else \
-                f"{type(exc).__name__}: {(str(exc) or 'unexpected end of file').splitlines()[0][:120]}"
+                f"{type(exc).__name__}: {(str(exc) or 'unexpected end of file').splitlines()[0].split('. ')[0][:160]}"
             _quarantine(path, reason, then)
             return None
         missing = [k for k in required if k not in payload] if isinstance(payload, dict) else list(required)
