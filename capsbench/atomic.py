@@ -1,13 +1,27 @@
-"""Atomic file writes: write a temporary file beside the target, fsync, rename. Readers never see half a file."""
+"""Atomic file writes: write a temporary file beside the target, fsync, rename. Readers never see half a file.
+
+Files get the permissions of any new file under the user's umask (0644 under the usual 022), not mkstemp's 0600.
+"""
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, exclusively created file beside `path`; mode 0666 filtered by the umask, as open() would create it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 @contextmanager
@@ -15,7 +29,7 @@ def atomic_file(path: Path, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file for writing; on clean exit it replaces `path`, on any exception it vanishes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temporary(path)
     try:
         with os.fdopen(fd, mode) as fh:
             yield fh
@@ -23,7 +37,7 @@ def atomic_file(path: Path, mode: str = "w") -> Iterator[IO]:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:  # KeyboardInterrupt too: never leave a partial file behind
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

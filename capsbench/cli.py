@@ -1,10 +1,14 @@
-"""The `capsbench` command line (Typer): parsing and printing only; the work happens in the library."""
+"""The `capsbench` command line (Typer): parsing and printing only; the work happens in the library.
+
+`--help`, `--version`, `list` and `show-config` never import torch: heavy modules load inside the commands that
+need them, after the input is validated."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -24,11 +28,35 @@ app = typer.Typer(
 )
 
 Overrides = Annotated[Optional[list[str]], typer.Argument(help="key=value settings, e.g. suite=accuracy seeds=[0,1,2]", show_default=False)]
+FORMATS = ("text", "json")
+Format = Annotated[str, typer.Option("--format", help="text (default) or json", show_default=False)]
 
 
 def _fail(message: str, code: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        from capsbench.registry import close_matches
+
+        _fail(f"unknown --format {fmt!r}: {close_matches(fmt, list(FORMATS))}")
+
+
+def _version(show: bool) -> None:
+    if show:
+        from capsbench import __version__
+
+        typer.echo(f"capsbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print capsbench's version and exit.")] = False,
+) -> None:
+    """Benchmark capsule networks against CNN baselines under one protocol."""
 
 
 def _setup_logging() -> None:
@@ -41,10 +69,11 @@ def _setup_logging() -> None:
              "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU).")
 def run(overrides: Overrides = None) -> None:
     from capsbench.config import compose
-    from capsbench.runner import run_suite
 
     try:
         cfg = compose(list(overrides or []))
+        from capsbench.runner import run_suite  # heavy: only once the input is known to be good
+
         _setup_logging()
         result = run_suite(cfg)
     except CapsbenchError as exc:
@@ -59,8 +88,6 @@ def run(overrides: Overrides = None) -> None:
              "Examples:\n\n  capsbench train model=capsnet dataset=mnist\n\n  capsbench train model=cnn_9x9 budget=smoke seed=1")
 def train(overrides: Overrides = None) -> None:
     from capsbench.config import compose, parse_overrides
-    from capsbench.runner import load_data
-    from capsbench.training import obtain_model
 
     try:
         items = list(overrides or [])
@@ -69,6 +96,9 @@ def train(overrides: Overrides = None) -> None:
             raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
         rest = [i for i in items if not i.startswith(("model=", "seed="))]
         cfg = compose([*rest, f"models=[{raw['model']}]", f"seeds=[{raw.get('seed', '0')}]"], require_suite=False)
+        from capsbench.runner import load_data  # heavy: only once the input is known to be good
+        from capsbench.training import obtain_model
+
         _setup_logging()
         trained = obtain_model(cfg, raw["model"], cfg.seeds[0], load_data(cfg))
     except CapsbenchError as exc:
@@ -88,10 +118,11 @@ def train(overrides: Overrides = None) -> None:
              "Runs of different budgets or capsbench versions are never mixed.")
 def report(overrides: Overrides = None) -> None:
     from capsbench.config import compose_report
-    from capsbench.summary import build_report
 
     try:
         cfg = compose_report(list(overrides or []))
+        from capsbench.summary import build_report  # heavy: only once the input is known to be good
+
         _setup_logging()
         result = build_report(cfg)
     except CapsbenchError as exc:
@@ -101,34 +132,80 @@ def report(overrides: Overrides = None) -> None:
     typer.echo(f"summary: {result.summary}")
 
 
-@app.command(name="list", help="List registered models, datasets or suites.\n\nExample: capsbench list models")
-def list_(what: Annotated[str, typer.Argument(help="models, datasets or suites")] = "models") -> None:
-    from capsbench.data import DATASETS
-    from capsbench.models import MODELS
-    from capsbench.suites import SUITES
+def _catalog(what: str) -> list[dict[str, Any]]:
+    """Rows for `list models|datasets|suites`, read from the torch-free registries."""
+    import dataclasses
 
-    tables = {
-        "models": {n: MODELS.get(n).description for n in MODELS},
-        "datasets": {n: DATASETS.get(n).description for n in DATASETS},
-        "suites": {n: SUITES.get(n).description for n in SUITES},
-    }
-    if what not in tables:
+    if what == "models":
+        from capsbench.models import MODELS
+
+        return [{"name": n, "description": MODELS.get(n).description, "class": MODELS.get(n).target,
+                 "arguments": MODELS.get(n).arguments()} for n in MODELS]
+    if what == "datasets":
+        from capsbench.data import DATASETS
+
+        return [{"name": n, "description": (d := DATASETS.get(n)).description, "in_channels": d.in_channels,
+                 "image_size": d.image_size, "num_classes": d.num_classes, "train_crop": d.train_crop} for n in DATASETS]
+    from capsbench.suites import CATALOG
+
+    return [{"name": n, "description": (e := CATALOG.get(n)).description, "class": e.target,
+             "params": dataclasses.asdict(e.params())} for n in CATALOG]
+
+
+@app.command(name="list", help="List registered models, datasets or suites, or the checkpoints in the cache.\n\n"
+             "Examples:\n\n  capsbench list models\n\n  capsbench list suites --format json\n\n"
+             "  capsbench list checkpoints [cache_dir=DIR | output_dir=DIR]")
+def list_(
+    what: Annotated[str, typer.Argument(help="models, datasets, suites or checkpoints")] = "models",
+    overrides: Overrides = None,
+    fmt: Format = "text",
+) -> None:
+    _check_format(fmt)
+    kinds = ("models", "datasets", "suites", "checkpoints")
+    if what not in kinds:
         from capsbench.registry import close_matches
 
-        _fail(f"cannot list {what!r}: {close_matches(what, list(tables))}")
-    for name, description in tables[what].items():
-        typer.echo(f"{name:14s} {description}")
+        _fail(f"cannot list {what!r}: {close_matches(what, list(kinds))}")
+    if what == "checkpoints":
+        from capsbench.checkpoint_list import cache_directory, list_checkpoints, text_lines
+
+        try:
+            directory = cache_directory(list(overrides or []))
+        except CapsbenchError as exc:
+            _fail(str(exc))
+        rows = list_checkpoints(directory)
+        if fmt == "json":
+            typer.echo(json.dumps(rows, indent=1))
+        elif rows:
+            typer.echo("\n".join(text_lines(rows)))
+        else:
+            typer.echo(f"no checkpoints in {directory}", err=True)
+        return
+    if overrides:
+        _fail(f"`capsbench list {what}` takes no key=value settings, got {' '.join(overrides)}")
+    rows = _catalog(what)
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=1, default=list))
+        return
+    for entry in rows:
+        typer.echo(f"{entry['name']:14s} {entry['description']}")
 
 
-@app.command(name="show-config", help="Print the composed config a run would use.\n\nExample: capsbench show-config suite=accuracy budget=smoke")
-def show_config(overrides: Overrides = None) -> None:
-    from capsbench.config import compose, to_yaml
+@app.command(name="show-config", help="Print the composed config a run would use (device=auto is resolved when the run "
+             "starts).\n\nExamples:\n\n  capsbench show-config suite=accuracy budget=smoke\n\n"
+             "  capsbench show-config suite=robustness --format json")
+def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
+    from capsbench.config import compose, to_dict, to_yaml
 
+    _check_format(fmt)
     try:
-        cfg = compose(list(overrides or []))
+        cfg = compose(list(overrides or []), resolve_device=False)
     except CapsbenchError as exc:
         _fail(str(exc))
-    typer.echo(to_yaml(cfg), nl=False)
+    if fmt == "json":
+        typer.echo(json.dumps(to_dict(cfg), indent=1))
+    else:
+        typer.echo(to_yaml(cfg), nl=False)
 
 
 def main() -> None:

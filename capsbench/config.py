@@ -1,4 +1,6 @@
-"""Composes defaults < budget YAML < suite YAML < command-line key=value overrides, and validates them."""
+"""Composes defaults < budget YAML < suite YAML < command-line key=value overrides, and validates them.
+
+Torch-free: every check runs before a heavy library loads; only device=auto/cuda imports torch, last."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from platformdirs import user_cache_dir
+from yaml import YAMLError
 
+from capsbench.config_shape import check_shapes, expected_at
 from capsbench.errors import CapsbenchError
 from capsbench.registry import close_matches
 
@@ -62,8 +66,9 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    model_args: dict[str, Any] = field(default_factory=dict)  # per model name: constructor overrides
-    model_train: dict[str, Any] = field(default_factory=dict)  # per model name: train overrides (its paper's lr, ...)
+    # per model name: constructor overrides, and train overrides (its paper's lr, ...)
+    model_args: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
+    model_train: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
     params: Any = None  # the suite's own parameters (its Params dataclass)
 
 
@@ -102,6 +107,28 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
     return parsed
 
 
+def _cli_layer(raw: dict[str, str]) -> dict[str, Any]:
+    """The overrides as a nested mapping, values parsed as YAML (lists [a,b], numbers, null, true/false)."""
+    layer: dict[str, Any] = {}
+    for key, text in raw.items():
+        try:
+            value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
+        except YAMLError as exc:
+            problem = str(exc).splitlines()[0]
+            raise CapsbenchError(f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)") from None
+        *parents, leaf = key.split(".")
+        node = layer
+        for depth, part in enumerate(parents):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                earlier = ".".join(parents[: depth + 1])
+                raise CapsbenchError(f"{key}={text} sets a sub-key of {earlier}, which is also given a value; give one of them")
+        if leaf in node:
+            raise CapsbenchError(f"{key}={text} replaces sub-keys given elsewhere on the command line; give one of them")
+        node[leaf] = value
+    return layer
+
+
 def _schema(params_cls: type | None) -> DictConfig:
     if params_cls is None:
         return OmegaConf.structured(RunConfig)
@@ -117,7 +144,7 @@ def _check_key(schema: DictConfig, dotted: str, source: str) -> None:
     for depth, part in enumerate(parts):
         path = ".".join(parts[:depth])
         if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
-            return  # free-form mapping (model_args, model_train): checked per model in _validate
+            return  # free-form mapping (model_args, model_train): checked per model in config_checks
         if not isinstance(node, DictConfig) or part not in node:
             valid = list(node.keys()) if isinstance(node, DictConfig) else []
             where = f" under {path!r}" if path else ""
@@ -139,16 +166,18 @@ def _flatten_keys(cfg: Any, prefix: str = "") -> list[str]:
 def _merge(schema: DictConfig, layer: dict[str, Any], source: str) -> DictConfig:
     for key in _flatten_keys(layer):
         _check_key(schema, key, source)
+    check_shapes(schema, layer, source)
     try:
         return OmegaConf.merge(schema, OmegaConf.create(layer))  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        raise CapsbenchError(f"bad value in {source}: {_describe(exc)}") from None
+        raise CapsbenchError(f"bad value in {source}: {_describe(exc, schema)}") from None
 
 
-def _describe(exc: OmegaConfBaseException) -> str:
+def _describe(exc: OmegaConfBaseException, schema: DictConfig | None = None) -> str:
     key = getattr(exc, "full_key", None)
     msg = str(exc).splitlines()[0]
-    return f"{key}: {msg}" if key else msg
+    expected = expected_at(schema, key) if key and schema is not None else None
+    return f"{key}: {msg}" + (f" ({expected})" if expected else "") if key else msg
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -158,20 +187,25 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def compose(overrides: list[str], *, require_suite: bool = True) -> DictConfig:
-    """Build the validated run config from command-line overrides (see module docstring for the order)."""
-    from capsbench.suites import SUITES  # late: suites import models and data
+def compose(overrides: list[str], *, require_suite: bool = True, resolve_device: bool = True) -> DictConfig:
+    """Build the validated run config from command-line overrides (see module docstring for the order).
+
+    Every check runs without torch; with resolve_device, device=auto is then resolved and device=cuda checked,
+    which imports torch. `show-config` leaves device=auto as it is.
+    """
+    from capsbench.config_checks import validate
+    from capsbench.suites import CATALOG
 
     raw = parse_overrides(overrides)
-    cli_layer = OmegaConf.to_container(OmegaConf.from_dotlist([f"{k}={v}" for k, v in raw.items()]))
+    cli_layer = _cli_layer(raw)
     suite_name = raw.get("suite")
     budget = raw.get("budget", RunConfig.budget)
     if budget not in BUDGETS:
         raise CapsbenchError(f"unknown budget {budget!r}: {close_matches(budget, list(BUDGETS))}")
     if require_suite and not suite_name:
-        raise CapsbenchError(f"which suite? add suite=NAME, one of: {', '.join(SUITES.names())}")
-    suite = SUITES.get(suite_name) if suite_name else None
-    cfg = _schema(suite.Params if suite else None)
+        raise CapsbenchError(f"which suite? add suite=NAME, one of: {', '.join(CATALOG.names())}")
+    suite = CATALOG.get(suite_name) if suite_name else None
+    cfg = _schema(suite.params if suite else None)
 
     root = config_dir()
     cfg = _merge(cfg, _read_yaml(root / "suites" / "budgets" / f"{budget}.yaml"), f"budget {budget!r}")
@@ -181,18 +215,23 @@ def compose(overrides: list[str], *, require_suite: bool = True) -> DictConfig:
         cfg = _merge(cfg, suite_yaml, f"suites/{suite_name}.yaml")
         cfg = _merge(cfg, per_budget.get(budget, {}) or {}, f"suites/{suite_name}.yaml budgets.{budget}")
     cfg = _merge(cfg, cli_layer, "the command line")
-    _resolve_defaults(cfg)
-    _validate(cfg)
-    if suite:
-        suite().validate(cfg)
+    try:
+        explicit_root = _resolve_defaults(cfg)
+        validate(cfg, explicit_root=explicit_root)
+        check = getattr(suite.params, "validate", None) if suite else None
+        if check is not None:
+            check(cfg)
+    except OmegaConfBaseException as exc:  # e.g. an unresolvable ${...} interpolation in a value
+        raise CapsbenchError(f"bad value: {_describe(exc)}") from None
+    if resolve_device:
+        _resolve_device(cfg)
     return cfg
 
 
 def compose_report(overrides: list[str]) -> DictConfig:
     """The validated `capsbench report` config: ReportConfig defaults < command-line key=value overrides."""
     raw = parse_overrides(overrides)
-    cli_layer = OmegaConf.to_container(OmegaConf.from_dotlist([f"{k}={v}" for k, v in raw.items()]))
-    cfg = _merge(OmegaConf.structured(ReportConfig), cli_layer, "the command line")
+    cfg = _merge(OmegaConf.structured(ReportConfig), _cli_layer(raw), "the command line")
     if cfg.budget is not None and cfg.budget not in BUDGETS:
         raise CapsbenchError(f"unknown budget {cfg.budget!r}: {close_matches(cfg.budget, list(BUDGETS))}")
     out = Path(cfg.output_dir).expanduser().resolve()
@@ -202,48 +241,37 @@ def compose_report(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def _resolve_defaults(cfg: DictConfig) -> None:
+def default_data_root() -> Path:
+    """Where datasets go when neither data.root nor CAPSBENCH_DATA is given (created for downloads only)."""
+    return Path(user_cache_dir("capsbench")) / "datasets"
+
+
+def _resolve_defaults(cfg: DictConfig) -> str | None:
+    """Fill in the derived defaults; returns where data.root came from ("data.root" or "CAPSBENCH_DATA"), None
+    when it is the default download directory."""
     out = Path(cfg.output_dir).expanduser().resolve()
     cfg.output_dir = str(out)
+    explicit = "data.root" if cfg.data.root is not None else "CAPSBENCH_DATA" if os.environ.get("CAPSBENCH_DATA") else None
     if cfg.data.root is None:
-        cfg.data.root = os.environ.get("CAPSBENCH_DATA") or str(Path(user_cache_dir("capsbench")) / "datasets")
+        cfg.data.root = os.environ.get("CAPSBENCH_DATA") or str(default_data_root())
     cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
     if cfg.cache_dir is None:
         cfg.cache_dir = os.environ.get("CAPSBENCH_CACHE") or str(out / "checkpoints")
     if cfg.tracking.uri is None:
         cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
+    return explicit
+
+
+def _resolve_device(cfg: DictConfig) -> None:
+    """device=auto -> cuda or cpu, and device=cuda only with a CUDA device: the one check that imports torch."""
+    if cfg.device != "auto" and not cfg.device.startswith("cuda"):
+        return
+    import torch
+
     if cfg.device == "auto":
-        import torch
-
         cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _validate(cfg: DictConfig) -> None:
-    from capsbench.data import DATASETS
-    from capsbench.models import MODELS, check_model_arguments
-
-    if not cfg.seeds:
-        raise CapsbenchError("seeds is empty: give at least one, for example seeds=[0]")
-    target = cfg.train.target_val_accuracy
-    if target is not None and not 0.0 < target <= 100.0:
-        raise CapsbenchError(f"train.target_val_accuracy is a percentage in (0, 100], got {target}; e.g. 99.0, or null to train all epochs")
-    if not cfg.models:
-        raise CapsbenchError("models is empty: give at least one, for example models=[capsnet]")
-    for name in cfg.models:
-        check_model_arguments(name, {})
-    for name, args in cfg.model_args.items():
-        check_model_arguments(name, dict(args or {}))
-    for name in cfg.model_train:
-        MODELS.get(name)
-        for_model(cfg, name)
-    DATASETS.get(cfg.dataset)
-    if not (cfg.device == "cpu" or cfg.device.startswith("cuda") or cfg.device == "mps"):
-        raise CapsbenchError(f"device must be auto, cpu, cuda, cuda:N or mps, got {cfg.device!r}")
-    if cfg.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise CapsbenchError(f"device={cfg.device} but no CUDA device is available; use device=cpu or auto")
+    elif not torch.cuda.is_available():
+        raise CapsbenchError(f"device={cfg.device} but no CUDA device is available; use device=cpu or auto")
 
 
 def for_model(cfg: DictConfig, name: str) -> DictConfig:

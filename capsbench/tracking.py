@@ -89,10 +89,11 @@ class Tracker:
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
-        mlflow.set_tracking_uri(self.uri)
-        if mlflow.get_experiment_by_name(self.experiment) is None:
-            # Artifacts beside the output, not in ./mlruns of whatever directory the user is in.
-            mlflow.create_experiment(self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
+        with store_lock(self.uri):  # one process creates and migrates a new store and the experiment; others wait
+            mlflow.set_tracking_uri(self.uri)
+            if mlflow.get_experiment_by_name(self.experiment) is None:
+                # Artifacts beside the output, not in ./mlruns of whatever directory the user is in.
+                mlflow.create_experiment(self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
         mlflow.set_experiment(self.experiment)
         with _run_status(mlflow, mlflow.start_run(run_name=run_name, tags=tags)) as run:
             self.parent_id = run.info.run_id
@@ -239,6 +240,26 @@ def read_records(uri: str, run_id: str) -> pd.DataFrame:
     finally:
         if quiet:
             del os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name]
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive fcntl lock on <db>.lock beside a SQLite store, held while MLflow creates or migrates its schema:
+    two invocations started at once on a new output directory would otherwise both run the migrations, and one
+    would fail. Other stores (servers, databases) need no lock from us."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(db.with_name(db.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _check_store(uri: str) -> None:

@@ -19,6 +19,7 @@ from capsbench.config import for_model
 from capsbench.data import SPLIT_SEED, Splits, batches
 from capsbench.models import MODELS, Classifier, create_model
 from capsbench.protocols import TrainingProtocol, dataset_protocol
+from capsbench.source_hash import source_identity, training_roots
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,13 @@ def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingP
 
 
 def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:
-    """Everything that changes the trained weights; its hash is the checkpoint's cache key."""
+    """Everything that changes the trained weights; its hash is the checkpoint's cache key. "source" hashes the code
+    that trains the model (its modules, the training loop, protocol and data pipeline; see capsbench.source_hash)."""
     d, t = cfg.data, cfg.train
     identity = {
         "capsbench": capsbench.__version__,
+        "torch": str(torch.__version__),  # TorchVersion is not a str to a weights-only load
+        "source": source_identity(training_roots(MODELS.get(name).target, protocol, splits.spec.load)),
         "model": name,
         "model_args": model_config(cfg, name, splits, protocol),
         "data": {

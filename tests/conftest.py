@@ -1,8 +1,13 @@
-"""Shared fixtures: tiny synthetic splits, a smoke config in a temporary directory, the real MNIST root."""
+"""Shared fixtures: tiny synthetic splits, a smoke config in a temporary directory, the real MNIST root, and the
+command line run in a fresh interpreter that reports which heavy libraries it imported."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -66,3 +71,51 @@ def tracked_store(tmp_path_factory):
                            "train.epochs=1", "device=cpu", f"seeds={seeds}", "models=[capsnet,cnn_sabour]"])
             records += runner.run_suite(cfg).records
     return uri, out, records
+
+
+HEAVY = ("torch", "torchvision", "torchattacks", "mlflow", "pandas", "matplotlib", "scipy", "fvcore")
+MARKER = "CAPSBENCH_PROBE="
+PROBE = f"""
+import json, sys
+from capsbench.cli import app
+codes = []
+for args in json.loads(sys.argv[1]):
+    try:
+        app(args, prog_name="capsbench")
+    except SystemExit as exc:
+        codes.append(exc.code or 0)
+heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)
+print({MARKER!r} + json.dumps({{"codes": codes, "heavy": heavy}}), file=sys.stderr)
+"""
+
+
+@dataclass
+class Probe:
+    """What command-line runs did: exit codes, output, and the heavy libraries imported by the end."""
+
+    codes: list[int]
+    stdout: str
+    stderr: str  # without the probe's own line
+    heavy: list[str]
+
+    @property
+    def code(self) -> int:
+        return self.codes[-1]
+
+
+def _run_cli(*commands: list[str], cwd: Path, env: dict[str, str] | None = None) -> Probe:
+    """Each command (`capsbench` arguments) in turn, in one fresh interpreter started in `cwd`."""
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(commands)], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=300)
+    lines = done.stderr.splitlines()
+    report = [line for line in lines if line.startswith(MARKER)]
+    assert report, f"the probe did not report (exit {done.returncode}):\n{done.stderr}"
+    rest = "\n".join(line for line in lines if not line.startswith(MARKER))
+    found = json.loads(report[-1].removeprefix(MARKER))
+    return Probe(found["codes"], done.stdout, rest, found["heavy"])
+
+
+@pytest.fixture
+def cli_probe():
+    """cli_probe(*commands, cwd=..., env=None) -> Probe: `capsbench` commands in a fresh interpreter."""
+    return _run_cli

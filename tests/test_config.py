@@ -25,6 +25,7 @@ def test_model_train_overrides_only_its_model(tmp_path):
 
 
 def test_derived_defaults(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
     monkeypatch.setenv("CAPSBENCH_DATA", str(tmp_path / "data"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("CAPSBENCH_CACHE", raising=False)

@@ -2,6 +2,7 @@
 the notes in the table, and `suite=robustness budget=smoke` end to end on real MNIST."""
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from capsbench import create_model, list_models
 from capsbench.models import MODELS
 from capsbench.cli import app
 from capsbench.config import compose
+from capsbench.data import load_splits
 from capsbench.errors import CapsbenchError
 from capsbench.models import Classifier, ModelOutput
 from capsbench.protocols import TrainingProtocol
@@ -210,6 +212,24 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
     assert max(cleans) > 50.0, f"no smoke model is well above chance: {cleans}"
     assert "vote not run on cnn_sabour" in result.output
     assert (out / "robust_accuracy_vs_eps.pdf").read_bytes()[:4] == b"%PDF"
+    assert_vote_surrogate_agrees_with_capsnet(tmp_path / "out" / "checkpoints", mnist_root)
+
+
+def assert_vote_surrogate_agrees_with_capsnet(cache: Path, root: Path) -> None:
+    """Gu et al. (arXiv:2102.10055) attack the votes because their average predicts what the routed output capsules
+    predict. On the smoke-trained CapsNet the surrogate must agree with the model on >= 95 % of 1,000 clean test
+    images (the quick-budget CapsNet agrees on 99.6 % of 2,000)."""
+    (ckpt,) = [p for p in cache.glob("*.ckpt") if not p.name.endswith(".partial.ckpt")
+               and torch.load(p, weights_only=True)["meta"]["identity"]["model"] == "capsnet"]
+    blob = torch.load(ckpt, weights_only=True)
+    model = create_model("capsnet", **blob["meta"]["identity"]["model_args"])
+    model.load_state_dict(blob["state_dict"])
+    splits = load_splits("mnist", root=root, download=False, val_size=5000, train_subset=None, val_subset=None,
+                         test_subset=1000)
+    with torch.no_grad():
+        images = splits.test_x.float() / 255.0
+        agree = (model.eval()(images).scores.argmax(1) == model.vote_logits(images).argmax(1)).float().mean().item()
+    assert agree >= 0.95, f"the vote surrogate agrees with CapsNet on only {100 * agree:.1f} % of clean images"
 
 
 def test_unknown_attack_fails_with_the_valid_ones_and_writes_nothing(tmp_path):

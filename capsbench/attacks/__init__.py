@@ -1,16 +1,82 @@
-"""Attack registry: L-inf attacks on [0, 1] pixels judged by the classifier's own decision, one family a module."""
+"""Attack registry: L-inf attacks on [0, 1] pixels judged by the classifier's own decision, one family a module.
 
-from capsbench.attacks.adaptive import AdaptivePGD, VoteAttack
-from capsbench.attacks.base import Attack, AttackResult, AttackSettings, decisions
-from capsbench.attacks.pgd import FGSM, PGD, margin
-from capsbench.attacks.torchattacks_adapters import AutoAttack, Square
-from capsbench.attacks.worst_case import worst_case_broken
+CATALOG (names, where each attack lives, whether it needs gradients) is readable without torch, so configs are checked
+before anything heavy loads; ATTACKS.get(name) imports the attack (and torch) on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from capsbench.lazy import load, split_target
 from capsbench.registry import Registry
 
-ATTACKS: Registry[Attack] = Registry("attack")
-for _attack in (FGSM(), PGD(), AdaptivePGD(), VoteAttack(), Square(), AutoAttack()):
-    ATTACKS.register(_attack.name)(_attack)
+if TYPE_CHECKING:
+    from capsbench.attacks.base import Attack
 
 WORST_CASE = "worst_case"  # the per-image worst case over every attack run: the headline, not an attack of its own
 
-__all__ = ["ATTACKS", "WORST_CASE", "Attack", "AttackResult", "AttackSettings", "decisions", "margin", "worst_case_broken"]
+
+@dataclass(frozen=True)
+class AttackEntry:
+    """A registered attack: its class as "package.module:Class" and whether it uses the model's gradients."""
+
+    target: str
+    white_box: bool = True
+
+    def __post_init__(self) -> None:
+        split_target(self.target)
+
+
+CATALOG: Registry[AttackEntry] = Registry("attack")
+for _name, _entry in {
+    "fgsm": AttackEntry("capsbench.attacks.pgd:FGSM"),
+    "pgd": AttackEntry("capsbench.attacks.pgd:PGD"),
+    "pgd_adaptive": AttackEntry("capsbench.attacks.adaptive:AdaptivePGD"),
+    "vote": AttackEntry("capsbench.attacks.adaptive:VoteAttack"),
+    "square": AttackEntry("capsbench.attacks.torchattacks_adapters:Square", white_box=False),
+    "autoattack": AttackEntry("capsbench.attacks.torchattacks_adapters:AutoAttack"),
+}.items():
+    CATALOG.register(_name)(_entry)
+
+
+class _Attacks:
+    """ATTACKS.get(name) -> the Attack (one instance per name); the same names, membership and errors as CATALOG."""
+
+    @functools.cache
+    def get(self, name: str) -> Attack:
+        return load(CATALOG.get(name).target)()
+
+    def names(self) -> list[str]:
+        return CATALOG.names()
+
+    def __contains__(self, name: object) -> bool:
+        return name in CATALOG
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(CATALOG)
+
+
+ATTACKS = _Attacks()
+
+_LAZY = {
+    "Attack": "capsbench.attacks.base:Attack",
+    "AttackResult": "capsbench.attacks.base:AttackResult",
+    "AttackSettings": "capsbench.attacks.base:AttackSettings",
+    "decisions": "capsbench.attacks.base:decisions",
+    "margin": "capsbench.attacks.pgd:margin",
+    "worst_case_broken": "capsbench.attacks.worst_case:worst_case_broken",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The attack machinery, imported (with torch) on first use."""
+    if name in _LAZY:
+        return load(_LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ATTACKS", "CATALOG", "WORST_CASE", "AttackEntry", *_LAZY]

@@ -43,8 +43,7 @@ class AttackResult:
 class Attack:
     """Base class. Subclasses set the class attributes and write run(); budgets come from AttackSettings."""
 
-    name: ClassVar[str]
-    white_box: ClassVar[bool] = True
+    name: ClassVar[str]  # as registered in capsbench.attacks.CATALOG, which also says whether it is white-box
     attacks: ClassVar[str]  # what the loss and gradient are computed on, for docs and tables
 
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:

@@ -44,7 +44,6 @@ class Square(_TorchAttacksAdapter):
     (arXiv:1912.00049), margin loss, one restart, fixed seed (torchattacks.Square)."""
 
     name = "square"
-    white_box = False
     attacks = "the model's attack logits through queries only (no gradients)"
 
     def budget(self, settings: AttackSettings) -> str:

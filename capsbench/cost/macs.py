@@ -4,15 +4,19 @@ against torch.utils.flop_counter.FlopCounterMode. Units: MACs (FLOPs = 2 x MACs)
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from fvcore.nn import FlopCountAnalysis
-from fvcore.nn.jit_handles import get_shape
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+with warnings.catch_warnings():  # fvcore's focal loss calls torch.jit.script at import; nothing of ours uses it
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+    from fvcore.nn import FlopCountAnalysis
+    from fvcore.nn.jit_handles import get_shape
 
 PARTS = ("encoder", "routing", "decoder")
 # Ops whose count is multiply-accumulates (fvcore's short names); FlopCounterMode counts exactly these,

@@ -1,15 +1,17 @@
 """Numeric precision and compilation options of the cost suites: fp32 or bf16 autocast (votes and matmuls
-in bf16; routing keeps softmax and squash in fp32), optional torch.compile. fp16 is refused."""
+in bf16; routing keeps softmax and squash in fp32), optional torch.compile. fp16 is refused.
+check_precision runs while the config is validated, so torch is imported only inside the functions that use it."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from capsbench.errors import CapsbenchError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -32,6 +34,8 @@ def autocast(device: str, precision: str) -> Iterator[None]:
     if precision == "fp32":
         yield
         return
+    import torch
+
     with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
         yield
 
@@ -42,4 +46,6 @@ def dtype_label(precision: str) -> str:
 
 def maybe_compile(model: nn.Module, compile_model: bool) -> nn.Module:
     """torch.compile(model) when asked; the same module otherwise."""
+    import torch
+
     return torch.compile(model) if compile_model else model

@@ -1,35 +1,44 @@
-"""Model registry: `create_model(name, **overrides)` and `list_models()`, timm-style."""
+"""Model registry: `create_model(name, **overrides)` and `list_models()`, timm-style.
+
+Importing this package does not import torch: entries name their class as "module:Class", and the accepted
+arguments are read from the class's source; the class is imported when a model is built.
+"""
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capsbench.errors import CapsbenchError
-from capsbench.models.base import Classifier, LogitsAdapter, ModelOutput
-from capsbench.models.backbone import AvgPoolCNN
-from capsbench.models.capsnet import CapsNet
-from capsbench.models.capsnet_em import CapsNetEM
-from capsbench.models.cnn import ConvNet
-from capsbench.models.cnn_pooled import PooledConvNet
-from capsbench.models.effcapsnet import EfficientCapsNet
-from capsbench.models.srcapsnet import SRCapsNet
+from capsbench.lazy import keyword_arguments, load, split_target
 from capsbench.registry import Registry, close_matches
+
+if TYPE_CHECKING:
+    from capsbench.models.base import Classifier
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A registered model: its class, the defaults that define it, and a one-line description."""
+    """A registered model: where its class lives ("capsbench.models.capsnet:CapsNet"), the defaults that define
+    it, and a one-line description."""
 
-    cls: type[Classifier]
+    target: str
     description: str
     defaults: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, str):
+            raise TypeError(f"ModelSpec takes the class as 'package.module:Class' (imported lazily), got {self.target!r}")
+        split_target(self.target)
+
+    @property
+    def cls(self) -> type[Classifier]:
+        """The model class (imports its module, and torch)."""
+        return load(self.target)
+
     def arguments(self) -> dict[str, Any]:
-        """Every keyword argument the model accepts, with the value it gets by default."""
-        params = inspect.signature(self.cls.__init__).parameters.values()
-        return {p.name: self.defaults.get(p.name, p.default) for p in params if p.kind == p.KEYWORD_ONLY}
+        """Every keyword argument the model accepts, with the value it gets by default (read without torch)."""
+        return {name: self.defaults.get(name, default) for name, default in keyword_arguments(self.target).items()}
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
@@ -40,31 +49,39 @@ def register_model(name: str, spec: ModelSpec) -> None:
 
 
 register_model("capsnet", ModelSpec(
-    CapsNet, "Sabour et al. 2017 CapsNet: conv 256@9x9, 32x8D primary caps, 10x16D class caps, r=3, decoder",
+    "capsbench.models.capsnet:CapsNet",
+    "Sabour et al. 2017 CapsNet: conv 256@9x9, 32x8D primary caps, 10x16D class caps, r=3, decoder",
 ))
 register_model("cnn_sabour", ModelSpec(
-    ConvNet, "Sabour et al. 2017 baseline CNN: conv 256,256,128 @5x5 (same), FC 328,192, dropout; 35.4 M params",
+    "capsbench.models.cnn:ConvNet",
+    "Sabour et al. 2017 baseline CNN: conv 256,256,128 @5x5 (same), FC 328,192, dropout; 35.4 M params",
     {"channels": (256, 256, 128), "kernel_size": 5, "padding": "same", "fc": (328, 192)},
 ))
 register_model("cnn_9x9", ModelSpec(
-    ConvNet, "9x9-kernel CNN of CapsNet's size (Gu et al. 2021): conv 256,256,128 @9x9 (valid), FC 328,192; 8.7 M",
+    "capsbench.models.cnn:ConvNet",
+    "9x9-kernel CNN of CapsNet's size (Gu et al. 2021): conv 256,256,128 @9x9 (valid), FC 328,192; 8.7 M",
     {"channels": (256, 256, 128), "kernel_size": 9, "padding": "valid", "fc": (328, 192)},
 ))
 
 register_model("cnn_multimnist", ModelSpec(
-    PooledConvNet, "Sabour et al. 2017 MultiMNIST baseline: conv 512@9x9, pool, conv 256@5x5, pool, FC 1024; 24.56 M",
+    "capsbench.models.cnn_pooled:PooledConvNet",
+    "Sabour et al. 2017 MultiMNIST baseline: conv 512@9x9, pool, conv 256@5x5, pool, FC 1024; 24.56 M",
 ))
 register_model("capsnet_em", ModelSpec(
-    CapsNetEM, "Hinton et al. 2018 matrix capsules, EM routing r=3, coordinate addition, spread loss; small A,B,C,D=64,8,16,16",
+    "capsbench.models.capsnet_em:CapsNetEM",
+    "Hinton et al. 2018 matrix capsules, EM routing r=3, coordinate addition, spread loss; small A,B,C,D=64,8,16,16",
 ))
 register_model("effcapsnet", ModelSpec(
-    EfficientCapsNet, "Mazzia et al. 2021 Efficient-CapsNet: depthwise primary caps, self-attention routing; 161,824 params + decoder",
+    "capsbench.models.effcapsnet:EfficientCapsNet",
+    "Mazzia et al. 2021 Efficient-CapsNet: depthwise primary caps, self-attention routing; 161,824 params + decoder",
 ))
 register_model("srcapsnet", ModelSpec(
-    SRCapsNet, "Hahn et al. 2019 self-routing capsules on a small 3-block CNN backbone: 32 types x 16D, one 3x3/2 caps layer",
+    "capsbench.models.srcapsnet:SRCapsNet",
+    "Hahn et al. 2019 self-routing capsules on a small 3-block CNN backbone: 32 types x 16D, one 3x3/2 caps layer",
 ))
 register_model("cnn_avgpool", ModelSpec(
-    AvgPoolCNN, "Hahn et al. 2019 AvgPool baseline: srcapsnet's backbone, global average pooling, linear classifier",
+    "capsbench.models.backbone:AvgPoolCNN",
+    "Hahn et al. 2019 AvgPool baseline: srcapsnet's backbone, global average pooling, linear classifier",
 ))
 
 
@@ -89,6 +106,20 @@ def create_model(name: str, **overrides: Any) -> Classifier:
 
 def list_models() -> list[str]:
     return MODELS.names()
+
+
+_LAZY = {
+    "Classifier": "capsbench.models.base:Classifier",
+    "LogitsAdapter": "capsbench.models.base:LogitsAdapter",
+    "ModelOutput": "capsbench.models.base:ModelOutput",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The model base classes, imported (with torch) on first use: `from capsbench.models import Classifier`."""
+    if name in _LAZY:
+        return load(_LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

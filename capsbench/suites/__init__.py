@@ -1,16 +1,85 @@
-"""Suite registry: one module per suite, each a Suite subclass registered by name."""
+"""Suite registry: one module per suite, each a Suite subclass registered by name.
 
+CATALOG holds what is known without importing a suite (its class's location, description and typed Params);
+SUITES.get(name) imports the suite class (and torch) on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from capsbench.lazy import class_literal, load, split_target
 from capsbench.registry import Registry
-from capsbench.suites.accuracy import AccuracySuite
-from capsbench.suites.affine import AffineSuite
-from capsbench.suites.base import Context, Metric, Suite, Variant
-from capsbench.suites.efficiency import EfficiencySuite
-from capsbench.suites.overlap import OverlapSuite
-from capsbench.suites.robustness import RobustnessSuite
-from capsbench.suites.routing import RoutingSuite
+from capsbench.suites.params import AffineParams, EfficiencyParams, NoParams, OverlapParams, RoutingParams
+from capsbench.suites.robustness_params import RobustnessParams
 
-SUITES: Registry[type[Suite]] = Registry("suite")
-for _suite in (AccuracySuite, AffineSuite, EfficiencySuite, OverlapSuite, RobustnessSuite, RoutingSuite):
-    SUITES.register(_suite.name)(_suite)
+if TYPE_CHECKING:
+    from capsbench.suites.base import Suite
 
-__all__ = ["SUITES", "Context", "Metric", "Suite", "Variant"]
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """A registered suite: its class as "package.module:Class" and its Params dataclass (a torch-free module)."""
+
+    target: str
+    params: type = NoParams
+
+    def __post_init__(self) -> None:
+        split_target(self.target)
+
+    @property
+    def description(self) -> str:
+        """The class's `description`, read from its source."""
+        return class_literal(self.target, "description")
+
+    def load(self) -> type[Suite]:
+        return load(self.target)
+
+
+CATALOG: Registry[SuiteEntry] = Registry("suite")
+for _name, _entry in {
+    "accuracy": SuiteEntry("capsbench.suites.accuracy:AccuracySuite"),
+    "affine": SuiteEntry("capsbench.suites.affine:AffineSuite", AffineParams),
+    "efficiency": SuiteEntry("capsbench.suites.efficiency:EfficiencySuite", EfficiencyParams),
+    "overlap": SuiteEntry("capsbench.suites.overlap:OverlapSuite", OverlapParams),
+    "robustness": SuiteEntry("capsbench.suites.robustness:RobustnessSuite", RobustnessParams),
+    "routing": SuiteEntry("capsbench.suites.routing:RoutingSuite", RoutingParams),
+}.items():
+    CATALOG.register(_name)(_entry)
+
+
+class _SuiteClasses:
+    """SUITES.get(name) -> the Suite subclass; the same names, membership and errors as CATALOG."""
+
+    def get(self, name: str) -> type[Suite]:
+        return CATALOG.get(name).load()
+
+    def names(self) -> list[str]:
+        return CATALOG.names()
+
+    def __contains__(self, name: object) -> bool:
+        return name in CATALOG
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(CATALOG)
+
+
+SUITES = _SuiteClasses()
+_LAZY = {
+    "Context": "capsbench.suites.base:Context",
+    "Metric": "capsbench.suites.base:Metric",
+    "Suite": "capsbench.suites.base:Suite",
+    "Variant": "capsbench.suites.base:Variant",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The suite base types, imported on first use: `from capsbench.suites import Context`."""
+    if name in _LAZY:
+        return load(_LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["CATALOG", "SUITES", "Context", "Metric", "Suite", "SuiteEntry", "Variant"]

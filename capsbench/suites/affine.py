@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +19,9 @@ from capsbench.plots import SweepPlot
 from capsbench.protocols import CanvasProtocol, TrainingProtocol
 from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.params import AffineParams
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AffineParams:
-    canvas: int = 40  # side of the training / test canvas (affNIST: 40)
-    real_affnist: bool = True  # use <data.root>/affNIST/test.mat or test_batches/*.mat when present
-    affnist_images: int | None = None  # first n images of the affNIST(-style) test set; None = all
-    generator_seed: int = 0  # the generated affNIST-style set (used without the real files)
-    max_rotation_deg: float = 20.0
-    max_shear: float = 0.2
-    min_scale: float = 0.8
-    max_scale: float = 1.2
-    sweep_images: int | None = 1000  # first n MNIST test images for the sweeps; None = all
-    rotation: list[float] = field(default_factory=lambda: [-90.0, -60.0, -45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0, 60.0, 90.0])
-    scale: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5])
-    shear: list[float] = field(default_factory=lambda: [-0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6])
-    translation: list[float] = field(default_factory=lambda: [-12.0, -9.0, -6.0, -3.0, 0.0, 3.0, 6.0, 9.0, 12.0])
 
 
 @dataclass

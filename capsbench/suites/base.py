@@ -12,6 +12,7 @@ from capsbench.data import Splits
 from capsbench.models import Classifier
 from capsbench.plots import SweepPlot
 from capsbench.protocols import TrainingProtocol, dataset_protocol
+from capsbench.suites.params import NoParams
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")  # what MLflow accepts in a metric name
 
@@ -59,11 +60,6 @@ class Variant:
     columns: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class NoParams:
-    """Suites without parameters of their own."""
-
-
 class Suite:
     """Base class. Subclasses set the class attributes and write measure()."""
 
@@ -82,7 +78,13 @@ class Suite:
         return [Variant()]
 
     def validate(self, cfg: Any) -> None:
-        """Raise a CapsbenchError when the composed config cannot work for this suite (runs before any training)."""
+        """Raise a CapsbenchError when the composed config cannot work for this suite (runs before any training).
+
+        The default runs `Params.validate(cfg)` when the Params dataclass has one; checks live there, in a torch-free
+        module, so that `config.compose` runs them before any heavy library loads."""
+        check = getattr(self.Params, "validate", None)
+        if check is not None:
+            check(cfg)
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
         """How this suite's models are trained; the default is the dataset's (Sabour's random shifts, or crops)."""

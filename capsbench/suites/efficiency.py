@@ -4,30 +4,19 @@ latency per routing iteration. Trains nothing: every number is independent of th
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from capsbench.cost.macs import PARTS, count_macs, parameter_counts
 from capsbench.cost.memory import StepSpec, cpu_peak_rss, cuda_peak_bytes
-from capsbench.cost.precision import autocast, check_precision, dtype_label, maybe_compile
+from capsbench.cost.precision import autocast, dtype_label, maybe_compile
 from capsbench.cost.timing import device_label, median_seconds, routing_inputs, routing_modules, time_iterations
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.params import EfficiencyParams
 
 log = logging.getLogger(__name__)
 MIB = 2**20
-
-
-@dataclass
-class EfficiencyParams:
-    large_batch: int = 64  # throughput and the large-batch memory measurement
-    warmup: int = 3  # untimed calls before timing
-    repeats: int = 10  # timed calls; the median is reported
-    routing_max_iterations: int = 5  # routing module timed at r = 1..N
-    memory: bool = True  # peak memory (a fresh subprocess per model, mode and batch on CPU)
-    precision: str = "fp32"  # fp32 or bf16 (autocast; routing softmax and squash stay fp32); fp16 is refused
-    compile: bool = False  # torch.compile the model for latency and throughput
 
 
 class EfficiencySuite(Suite):
@@ -51,9 +40,6 @@ class EfficiencySuite(Suite):
         Metric("routing_latency", "ms", False, "median time of the routing module at r iterations"),
         Metric("routing_iteration_latency", "ms", False, "time per routing iteration (method column says how)"),
     )
-
-    def validate(self, cfg: Any) -> None:
-        check_precision(cfg.params.precision)
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p: EfficiencyParams = ctx.params

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,20 +13,7 @@ from capsbench.data.multimnist_protocol import MultiMNISTProtocol, both_correct,
 from capsbench.evaluation import correct
 from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.base import Context, Metric, Suite
-
-
-@dataclass
-class Params:
-    """The MultiMNIST protocol knobs (defaults: the paper's), all logged as params.* in MLflow."""
-
-    max_shift: int = 4  # each digit shifted by up to this many px per axis
-    canvas: int = 36  # side of the generated image
-    merge: str = "saturating_sum"  # min(a + b, 1); or "max"
-    test_pairs_per_digit: int = 1000  # every test digit is the first digit of this many pairs (paper: 1,000)
-    test_seed: int = 1710  # the fixed test set
-    val_pairs_per_digit: int = 1  # validation pairs for model selection, from the validation split
-    val_seed: int = 9829
-    figure_pairs: int = 8  # test pairs in the segmentation figure of each capsule model
+from capsbench.suites.params import OverlapParams
 
 
 class OverlapSuite(Suite):
@@ -40,7 +26,7 @@ class OverlapSuite(Suite):
         Metric("single_digit_accuracy", "%", True, "top-1 accuracy on single MNIST test digits centred on the canvas"),
         Metric("box_overlap", "%", None, "mean intersection of the two digits' shifted bounding boxes over the smaller box"),
     )
-    Params = Params
+    Params = OverlapParams
 
     def protocol(self, cfg: Any) -> MultiMNISTProtocol:
         p = cfg.params

@@ -6,48 +6,21 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
-from omegaconf import DictConfig
 
-from capsbench.attacks import ATTACKS, WORST_CASE, AttackSettings, worst_case_broken
+from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, worst_case_broken
 from capsbench.data import as_images, batches
-from capsbench.errors import CapsbenchError
 from capsbench.evaluation import predict
 from capsbench.plots import STYLE, SweepPlot
-from capsbench.registry import close_matches
 from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
-
-
-@dataclass
-class RobustnessParams:
-    eps: dict[str, list[float]] = field(default_factory=dict)  # per dataset; must contain 0 (set in suites/robustness.yaml)
-    blackbox_eps: dict[str, float] = field(default_factory=dict)  # per dataset: the one eps Square runs at
-    attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "pgd_adaptive", "vote", "square"])  # reported alone
-    extra_attacks: list[str] = field(default_factory=list)  # worst case only: run on the images still robust there
-    pgd_steps: int = 50
-    pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
-    pgd_restarts: int = 1
-    square_queries: int = 1000
-    batch_size: int = 500  # rows (image x eps pairs) attacked together
-    early_exit: bool = True  # stop attacking an image once broken (same records, less work)
-    attack_seed: int = 0  # fixes random starts and the self-seeded attacks (Square, AutoAttack)
-    near_zero: float = 1.0  # % accuracy at the largest eps below which the strongest attack counts as ~0
-    examples: int = 8  # images in the adversarial-example grid per model
-
-
-def _grid(params: Any, dataset: str) -> tuple[list[float], float | None]:
-    if dataset not in params.eps:
-        raise CapsbenchError(f"no eps grid for dataset {dataset!r}: add params.eps.{dataset}=[0,...] (have: {list(params.eps)})")
-    grid = [float(e) for e in params.eps[dataset]]
-    bb = params.blackbox_eps.get(dataset)
-    return grid, None if bb is None else float(bb)
+from capsbench.suites.robustness_params import RobustnessParams
+from capsbench.suites.robustness_params import eps_grid as _grid
 
 
 def settings(params: Any, num_classes: int) -> AttackSettings:
@@ -80,22 +53,6 @@ class RobustnessSuite(Suite):
     plots = (SweepPlot("robust_accuracy_vs_eps", "robust_accuracy", "eps", facet="attack", ylabel="robust accuracy [%]"),)
     Params = RobustnessParams
 
-    def validate(self, cfg: DictConfig) -> None:
-        p = cfg.params
-        grid, bb = _grid(p, cfg.dataset)
-        if 0.0 not in grid or grid != sorted(set(grid)) or not all(0.0 <= e <= 1.0 for e in grid):
-            raise CapsbenchError(f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}")
-        for key in ("attacks", "extra_attacks"):
-            for a in p[key]:
-                if a not in ATTACKS:
-                    raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, ATTACKS.names())}")
-        if not p.attacks:
-            raise CapsbenchError("params.attacks is empty: name at least one attack, e.g. params.attacks=[pgd]")
-        if any(not ATTACKS.get(a).white_box for a in (*p.attacks, *p.extra_attacks)) and (bb is None or bb not in grid or bb == 0.0):
-            raise CapsbenchError(f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}")
-        if p.pgd_steps < 1 or p.pgd_restarts < 1 or p.batch_size < 1 or p.square_queries < 1:
-            raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
-
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, x, y = ctx.params, ctx.splits.test_x, ctx.splits.test_y
         grid, bb = _grid(p, ctx.splits.name)
@@ -103,10 +60,10 @@ class RobustnessSuite(Suite):
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
         run = _AttackRun(ctx, clean_ok, settings(p, ctx.splits.spec.num_classes))
         for name in p.attacks:
-            eps_values = grid if ATTACKS.get(name).white_box else [bb]
+            eps_values = grid if CATALOG.get(name).white_box else [bb]
             records += run.standalone(name, eps_values)
         for name in p.extra_attacks:
-            records += run.worst_case_only(name, grid if ATTACKS.get(name).white_box else [bb])
+            records += run.worst_case_only(name, grid if CATALOG.get(name).white_box else [bb])
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [
             {"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps, **accuracy_fields((clean_ok & ~worst[eps]).numpy())}

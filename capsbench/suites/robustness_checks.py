@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from capsbench.attacks import ATTACKS
+from capsbench.attacks import CATALOG
 from capsbench.stats import ALPHA, decode_outcomes, paired_p
 
 ADAPTIVE = ("pgd_adaptive", "vote")
@@ -42,7 +42,7 @@ def _flag(check: str, problems: list[str]) -> Flag:
 
 
 def _is_white_box(attack: str) -> bool:
-    return attack in ATTACKS and ATTACKS.get(attack).white_box
+    return attack in CATALOG and CATALOG.get(attack).white_box
 
 
 def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Flag]:
@@ -64,7 +64,7 @@ def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Fla
         f"{a} rises from {c[lo]:.2f} % at eps={lo:g} to {c[hi]:.2f} % at eps={hi:g}"
         for a, c in curves.items() for lo, hi in zip(sorted(c), sorted(c)[1:]) if c[hi] > c[lo]
     ]))
-    for b in (a for a in curves if a in ATTACKS and not ATTACKS.get(a).white_box):
+    for b in (a for a in curves if a in CATALOG and not CATALOG.get(a).white_box):
         problems = []
         for e, acc in sorted(curves[b].items()):
             rivals = {a: c[e] for a, c in white.items() if e in c}

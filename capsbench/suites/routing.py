@@ -3,28 +3,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from capsbench.cost.precision import autocast, check_precision, maybe_compile
+from capsbench.cost.precision import autocast, maybe_compile
 from capsbench.cost.timing import median_seconds
-from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS
 from capsbench.plots import SweepPlot
 from capsbench.suites.accuracy import accuracy_records
 from capsbench.suites.base import Context, Metric, Suite, Variant
-
-
-@dataclass
-class RoutingParams:
-    iterations: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # r of each trained variant
-    large_batch: int = 64  # throughput
-    warmup: int = 2
-    repeats: int = 7
-    precision: str = "fp32"  # of the timing: fp32 or bf16 autocast (routing softmax and squash stay fp32)
-    compile: bool = False  # torch.compile the model for the timing
+from capsbench.suites.params import RoutingParams
 
 
 class RoutingSuite(Suite):
@@ -42,11 +31,6 @@ class RoutingSuite(Suite):
         SweepPlot("accuracy_vs_r", "test_accuracy", "r", xlabel="routing iterations r", ylabel="test accuracy [%]"),
         SweepPlot("latency_vs_r", "latency", "r", xlabel="routing iterations r", ylabel="latency at batch 1 [ms]"),
     )
-
-    def validate(self, cfg: Any) -> None:
-        check_precision(cfg.params.precision)
-        if not cfg.params.iterations or min(cfg.params.iterations) < 1:
-            raise CapsbenchError(f"params.iterations must be a non-empty list of r >= 1, got {list(cfg.params.iterations)}")
 
     def variants(self, cfg: Any, model_name: str) -> list[Variant]:
         if "routing_iterations" not in MODELS.get(model_name).arguments():

@@ -1,0 +1,114 @@
+"""Checks on a composed run config, all without torch: known names, numeric ranges of the train and data settings
+(per model too), and a data.root that exists. Each failure is one CapsbenchError naming the valid choices or range."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from capsbench.errors import CapsbenchError
+
+Rule = tuple[Callable[[Any], bool], str]
+
+
+def _at_least(low: int) -> Rule:
+    return (lambda v: v >= low, f"an integer >= {low}")
+
+
+def _optional(rule: Rule, none: str) -> Rule:
+    check, words = rule
+    return (lambda v: v is None or check(v), f"{words}, or null {none}")
+
+
+TRAIN_RULES: dict[str, Rule] = {
+    "epochs": _at_least(1),
+    "batch_size": _at_least(1),
+    "eval_batch_size": _at_least(1),
+    "lr": (lambda v: v > 0, "a number > 0"),
+    "lr_decay": (lambda v: 0 < v <= 1, "a number in (0, 1] (1 = no decay)"),
+    "target_val_accuracy": _optional((lambda v: 0 < v <= 100, "a percentage in (0, 100]"), "to train every epoch"),
+}
+DATA_RULES: dict[str, Rule] = {
+    "val_size": _at_least(1),
+    "train_subset": _optional(_at_least(1), "for all images"),
+    "val_subset": _optional(_at_least(1), "for all images"),
+    "test_subset": _optional(_at_least(1), "for all images"),
+    "max_shift": _at_least(0),
+}
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+
+
+def check_ranges(node: Any, rules: dict[str, Rule], prefix: str) -> None:
+    """Each key of `node` named in `rules` must satisfy its rule."""
+    for key, (ok, words) in rules.items():
+        value = node[key]
+        if not ok(value):
+            raise CapsbenchError(f"{prefix}.{key} must be {words}, got {value}")
+
+
+def _names(values: Any, what: str, example: str) -> list:
+    items = list(values)
+    if not items:
+        raise CapsbenchError(f"{what} is empty: give at least one, for example {what}={example}")
+    repeated = sorted({str(v) for v in items if items.count(v) > 1})
+    if repeated:
+        raise CapsbenchError(f"{what} lists {', '.join(repeated)} more than once; give each once, e.g. {what}={example}")
+    return items
+
+
+def _named(root: str, source: str) -> str:
+    return f"data.root={root}" if source == "data.root" else f"data.root {root} (from {source})"
+
+
+def check_data_root(root: str, *, explicit: str | None, download: bool) -> None:
+    """data.root must be an existing directory, unless it is the default download directory and downloads are on:
+    capsbench never creates a directory the user named (a typo would otherwise collect downloads or empty folders)."""
+    path = Path(root)
+    if path.is_dir():
+        return
+    if path.exists():
+        raise CapsbenchError(f"data.root {root} is a file, not a directory; point data.root= or CAPSBENCH_DATA at the "
+                             "directory that holds the dataset folders (e.g. MNIST/raw/)")
+    if explicit is not None:
+        raise CapsbenchError(
+            f"{_named(root, explicit)} does not exist; point data.root=DIR or CAPSBENCH_DATA=DIR at the "
+            "directory that holds the dataset folders (e.g. MNIST/raw/), or create it first to download into it"
+        )
+    if not download:
+        raise CapsbenchError(
+            f"no datasets at {root} and data.download=false; point data.root=DIR or CAPSBENCH_DATA=DIR at the "
+            "directory that holds the dataset folders (e.g. MNIST/raw/), or allow data.download=true"
+        )
+
+
+def validate(cfg: DictConfig, *, explicit_root: str | None) -> None:
+    """Raise a CapsbenchError for the first setting of the run config that cannot work."""
+    from capsbench.config import for_model
+    from capsbench.data import DATASETS
+    from capsbench.models import MODELS, check_model_arguments
+
+    seeds = _names(cfg.seeds, "seeds", "[0,1,2]")
+    if min(seeds) < 0:
+        raise CapsbenchError(f"seeds must be integers >= 0, got {seeds}")
+    for name in _names(cfg.models, "models", "[capsnet]"):
+        check_model_arguments(name, {})
+    for name, args in cfg.model_args.items():
+        check_model_arguments(name, dict(args or {}))
+    check_ranges(cfg.train, TRAIN_RULES, "train")
+    for name in cfg.model_train:
+        MODELS.get(name)
+        check_ranges(for_model(cfg, name).train, {k: TRAIN_RULES[k] for k in (cfg.model_train[name] or {}) if k in TRAIN_RULES},
+                     f"model_train.{name}")
+    check_ranges(cfg.data, DATA_RULES, "data")
+    DATASETS.get(cfg.dataset)
+    if not (cfg.device in ("auto", "cpu", "mps") or cfg.device == "cuda" or _cuda_index(cfg.device)):
+        raise CapsbenchError(f"device must be one of {DEVICES}, got {cfg.device!r}")
+    check_data_root(cfg.data.root, explicit=explicit_root, download=cfg.data.download)
+
+
+def _cuda_index(device: str) -> bool:
+    prefix, _, index = device.partition(":")
+    return prefix == "cuda" and index.isdigit()

@@ -1,0 +1,49 @@
+"""The registered datasets: what their images look like and where their loaders live, readable without torch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from capsbench.lazy import LazyFunction
+from capsbench.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+SPLIT_SEED = 12345  # fixed for every run and every training seed: the validation split never moves
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A registered dataset: how to load its raw splits and what its images look like."""
+
+    load: Callable[[Path, bool], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    in_channels: int
+    image_size: int
+    num_classes: int
+    description: str
+    train_crop: int | None = None  # random crops of this size for training, centre crops for evaluation
+    # % validation accuracy below which a trained model counts as undertrained and is never compared: far above
+    # chance (10 % for ten classes, 20 % for smallNORB), far below what any budget's training reaches.
+    min_val_accuracy: float = 50.0
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+DATASETS.register("mnist")(DatasetSpec(
+    LazyFunction("capsbench.data.mnist:load_mnist"), 1, 28, 10, "MNIST handwritten digits (LeCun et al.), 60k/10k"))
+DATASETS.register("fashion_mnist")(DatasetSpec(
+    LazyFunction("capsbench.data.vision:load_fashion_mnist"), 1, 28, 10,
+    "Fashion-MNIST clothing images (Xiao et al. 2017), 60k/10k"))
+DATASETS.register("cifar10")(DatasetSpec(
+    LazyFunction("capsbench.data.vision:load_cifar10"), 3, 32, 10, "CIFAR-10 natural images (Krizhevsky 2009), 50k/10k",
+    min_val_accuracy=30.0))
+DATASETS.register("svhn")(DatasetSpec(
+    LazyFunction("capsbench.data.vision:load_svhn"), 3, 32, 10,
+    "SVHN cropped house-number digits (Netzer et al. 2011), 73k/26k"))
+DATASETS.register("smallnorb")(DatasetSpec(
+    LazyFunction("capsbench.data.smallnorb:load_smallnorb"), 1, 48, 5,
+    "smallNORB toys (LeCun et al. 2004), left image at 48x48, 32x32 crops; 24,300/24,300", train_crop=32,
+    min_val_accuracy=40.0))

@@ -1,0 +1,77 @@
+"""The typed parameters of the suites (the `params.*` config keys) and their checks, importable without torch so
+that a config is validated before any heavy library loads. Robustness has its own module (robustness_params.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from capsbench.cost.precision import check_precision
+from capsbench.errors import CapsbenchError
+
+
+@dataclass
+class NoParams:
+    """Suites without parameters of their own."""
+
+
+@dataclass
+class AffineParams:
+    canvas: int = 40  # side of the training / test canvas (affNIST: 40)
+    real_affnist: bool = True  # use <data.root>/affNIST/test.mat or test_batches/*.mat when present
+    affnist_images: int | None = None  # first n images of the affNIST(-style) test set; None = all
+    generator_seed: int = 0  # the generated affNIST-style set (used without the real files)
+    max_rotation_deg: float = 20.0
+    max_shear: float = 0.2
+    min_scale: float = 0.8
+    max_scale: float = 1.2
+    sweep_images: int | None = 1000  # first n MNIST test images for the sweeps; None = all
+    rotation: list[float] = field(default_factory=lambda: [-90.0, -60.0, -45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0, 60.0, 90.0])
+    scale: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5])
+    shear: list[float] = field(default_factory=lambda: [-0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6])
+    translation: list[float] = field(default_factory=lambda: [-12.0, -9.0, -6.0, -3.0, 0.0, 3.0, 6.0, 9.0, 12.0])
+
+
+@dataclass
+class EfficiencyParams:
+    large_batch: int = 64  # throughput and the large-batch memory measurement
+    warmup: int = 3  # untimed calls before timing
+    repeats: int = 10  # timed calls; the median is reported
+    routing_max_iterations: int = 5  # routing module timed at r = 1..N
+    memory: bool = True  # peak memory (a fresh subprocess per model, mode and batch on CPU)
+    precision: str = "fp32"  # fp32 or bf16 (autocast; routing softmax and squash stay fp32); fp16 is refused
+    compile: bool = False  # torch.compile the model for latency and throughput
+
+    @staticmethod
+    def validate(cfg: Any) -> None:
+        check_precision(cfg.params.precision)
+
+
+@dataclass
+class OverlapParams:
+    """The MultiMNIST protocol knobs (defaults: the paper's), all logged as params.* in MLflow."""
+
+    max_shift: int = 4  # each digit shifted by up to this many px per axis
+    canvas: int = 36  # side of the generated image
+    merge: str = "saturating_sum"  # min(a + b, 1); or "max"
+    test_pairs_per_digit: int = 1000  # every test digit is the first digit of this many pairs (paper: 1,000)
+    test_seed: int = 1710  # the fixed test set
+    val_pairs_per_digit: int = 1  # validation pairs for model selection, from the validation split
+    val_seed: int = 9829
+    figure_pairs: int = 8  # test pairs in the segmentation figure of each capsule model
+
+
+@dataclass
+class RoutingParams:
+    iterations: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # r of each trained variant
+    large_batch: int = 64  # throughput
+    warmup: int = 2
+    repeats: int = 7
+    precision: str = "fp32"  # of the timing: fp32 or bf16 autocast (routing softmax and squash stay fp32)
+    compile: bool = False  # torch.compile the model for the timing
+
+    @staticmethod
+    def validate(cfg: Any) -> None:
+        check_precision(cfg.params.precision)
+        if not cfg.params.iterations or min(cfg.params.iterations) < 1:
+            raise CapsbenchError(f"params.iterations must be a non-empty list of r >= 1, got {list(cfg.params.iterations)}")

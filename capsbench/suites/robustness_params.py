@@ -1,0 +1,57 @@
+"""The robustness suite's typed parameters and its config checks: importable without torch, so that `params.*` is
+validated before any heavy library loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from capsbench.attacks import CATALOG
+from capsbench.errors import CapsbenchError
+from capsbench.registry import close_matches
+
+PER_DATASET = {"keys": "dataset"}  # field metadata: a mapping keyed by dataset name (named in config errors)
+
+
+@dataclass
+class RobustnessParams:
+    eps: dict[str, list[float]] = field(default_factory=dict, metadata=PER_DATASET)  # per dataset; must contain 0
+    blackbox_eps: dict[str, float] = field(default_factory=dict, metadata=PER_DATASET)  # the one eps Square runs at
+    attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "pgd_adaptive", "vote", "square"])  # reported alone
+    extra_attacks: list[str] = field(default_factory=list)  # worst case only: run on the images still robust there
+    pgd_steps: int = 50
+    pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
+    pgd_restarts: int = 1
+    square_queries: int = 1000
+    batch_size: int = 500  # rows (image x eps pairs) attacked together
+    early_exit: bool = True  # stop attacking an image once broken (same records, less work)
+    attack_seed: int = 0  # fixes random starts and the self-seeded attacks (Square, AutoAttack)
+    near_zero: float = 1.0  # % accuracy at the largest eps below which the strongest attack counts as ~0
+    examples: int = 8  # images in the adversarial-example grid per model
+
+    @staticmethod
+    def validate(cfg: Any) -> None:
+        p = cfg.params
+        grid, bb = eps_grid(p, cfg.dataset)
+        if 0.0 not in grid or grid != sorted(set(grid)) or not all(0.0 <= e <= 1.0 for e in grid):
+            raise CapsbenchError(f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}")
+        for key in ("attacks", "extra_attacks"):
+            for a in p[key]:
+                if a not in CATALOG:
+                    raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, CATALOG.names())}")
+        if not p.attacks:
+            raise CapsbenchError("params.attacks is empty: name at least one attack, e.g. params.attacks=[pgd]")
+        black_box = any(not CATALOG.get(a).white_box for a in (*p.attacks, *p.extra_attacks))
+        if black_box and (bb is None or bb not in grid or bb == 0.0):
+            raise CapsbenchError(f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}")
+        if p.pgd_steps < 1 or p.pgd_restarts < 1 or p.batch_size < 1 or p.square_queries < 1:
+            raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
+
+
+def eps_grid(params: Any, dataset: str) -> tuple[list[float], float | None]:
+    """The dataset's eps grid and black-box eps (None when it has none)."""
+    if dataset not in params.eps:
+        raise CapsbenchError(f"no eps grid for dataset {dataset!r}: add params.eps.{dataset}=[0,...] (have: {list(params.eps)})")
+    grid = [float(e) for e in params.eps[dataset]]
+    bb = params.blackbox_eps.get(dataset)
+    return grid, None if bb is None else float(bb)

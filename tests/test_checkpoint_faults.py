@@ -1,0 +1,73 @@
+"""A truncated or garbage checkpoint (finished or partial) is reported once with its path, moved aside and retrained;
+nothing is ever loaded with weights_only=False."""
+
+import logging
+import random
+
+import pytest
+import torch
+
+from capsbench import checkpoints
+from capsbench.checkpoints import CheckpointCache, content_key
+from capsbench.training import default_protocol, obtain_model, training_identity
+
+
+def _damage(path, how: str) -> bytes:
+    data = path.read_bytes() if path.exists() else b""
+    bad = data[: len(data) // 2] if how == "truncated" else random.Random(0).randbytes(4096)
+    path.write_bytes(bad)
+    return bad
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Every torch.load call of the cache, with its keyword arguments."""
+    calls = []
+    real = torch.load
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.torch, "load", spy)
+    return calls
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_unreadable_checkpoint_is_moved_aside_and_retrained(smoke_cfg, tiny_splits, caplog, loads, how):
+    first = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    bad = _damage(first.path, how)
+    with caplog.at_level(logging.WARNING, logger="capsbench.checkpoints"):
+        again = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    assert not again.cached and again.key == first.key
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(first.path) in warnings[0] and "weights_only=False" not in warnings[0]
+    (aside,) = first.path.parent.glob(f"{first.key}.ckpt.corrupt-*")
+    assert aside.read_bytes() == bad  # kept for inspection, under a name the cache never reads
+    assert obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits).cached  # the next run finds the retrained one
+    assert loads and all(call.get("weights_only") is True for call in loads)
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_unreadable_resume_file_is_moved_aside_and_training_starts_over(smoke_cfg, tiny_splits, caplog, loads, how):
+    smoke_cfg.train.epochs = 2
+    key = content_key(training_identity(smoke_cfg, "cnn_9x9", 0, tiny_splits, default_protocol(smoke_cfg)))
+    cache = CheckpointCache(smoke_cfg.cache_dir)
+    cache.save_partial(key, {"model": {"w": torch.ones(1000)}, "epoch": 0})  # a real file to truncate
+    _damage(cache.partial_path(key), how)
+    with caplog.at_level(logging.WARNING, logger="capsbench.checkpoints"):
+        trained = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    assert trained.key == key and len(trained.meta["history"]) == 2  # both epochs trained from the start
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(cache.partial_path(key)) in warnings[0]
+    assert len(list(cache.directory.glob(f"{key}.partial.ckpt.corrupt-*"))) == 1
+    assert not cache.partial_path(key).exists()
+    assert all(call.get("weights_only") is True for call in loads)
+
+
+def test_a_readable_file_that_is_not_a_checkpoint_is_moved_aside(smoke_cfg, tiny_splits, caplog):
+    first = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    torch.save({"weights": torch.ones(2)}, first.path)  # loads fine, but holds no state_dict / meta
+    with caplog.at_level(logging.WARNING, logger="capsbench.checkpoints"):
+        assert not obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits).cached
+    assert "lacks state_dict, meta" in caplog.text
