@@ -30,6 +30,7 @@ app = typer.Typer(
 Overrides = Annotated[Optional[list[str]], typer.Argument(help="key=value settings, e.g. suite=accuracy seeds=[0,1,2]", show_default=False)]
 FORMATS = ("text", "json")
 Format = Annotated[str, typer.Option("--format", help="text (default) or json", show_default=False)]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress bars, warnings only; print where the outputs are.")]
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -59,34 +60,60 @@ def _main(
     """Benchmark capsule networks against CNN baselines under one protocol."""
 
 
-def _setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+def _setup_logging(quiet: bool = False) -> None:
+    """INFO lines on stderr (warnings only with --quiet, which also turns progress bars off)."""
+    from capsbench.progress import set_quiet
+
+    set_quiet(quiet)
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
 
 
 @app.command(help="Run a suite: train or reuse checkpoints, measure, log to MLflow, write tables.\n\n"
              "Examples:\n\n  capsbench run suite=accuracy\n\n  capsbench run suite=accuracy budget=smoke seeds=[0,1,2]\n\n"
+             "  capsbench run suite=[accuracy,robustness] launcher=ray\n\n"
              "  capsbench run suite=accuracy models=[capsnet] model_args.capsnet.routing_iterations=1\n\n"
-             "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU).")
-def run(overrides: Overrides = None) -> None:
-    from capsbench.config import compose
+             "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU). "
+             "Finished units are kept: after Ctrl-C or a kill the same command measures only what is missing "
+             "(remeasure=true measures everything again).")
+def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
+    from capsbench.config import compose_suites
 
     try:
-        cfg = compose(list(overrides or []))
-        from capsbench.runner import run_suite  # heavy: only once the input is known to be good
+        cfgs = compose_suites(list(overrides or []))
+        from capsbench.runner import run_suites  # heavy: only once the input is known to be good
 
-        _setup_logging()
-        result = run_suite(cfg)
+        _setup_logging(quiet)
+        results = run_suites(cfgs)
     except CapsbenchError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
-        _fail("interrupted: finished checkpoints are kept and training resumes from its last epoch; run the same command again", 130)
-    typer.echo(result.markdown)
-    typer.echo(f"written: {', '.join(str(p) for p in result.paths.values())}")
+        _fail("interrupted: every finished unit and checkpoint is kept, and training resumes from its last epoch; "
+              "run the same command again to measure only what is missing", 130)
+    for cfg, result in zip(cfgs, results):
+        if not quiet:
+            typer.echo(result.markdown)
+        typer.echo(_where(cfg, result))
+
+
+def _where(cfg: Any, result: Any) -> str:
+    """Where a suite's outputs are: tables, records, figures, and its MLflow run with the command to browse it."""
+    out = result.paths["table.md"].parent
+    figures = sorted(p.name for p in result.paths.values() if p.suffix in (".png", ".pdf"))
+    lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}"]
+    if figures or (out / "figures").is_dir():
+        lines.append(f"  figures: {out}/" + (", ".join(figures) if figures else "") + (" and figures/" if (out / "figures").is_dir() else ""))
+    if result.missing:
+        lines.append(f"  {len(result.missing)} unit(s) failed and are missing from the tables; run the same command again")
+    if result.parent_run_id:
+        lines.append(f"  MLflow run {result.parent_run_id} in {cfg.tracking.uri}; browse: "
+                     f"uv run mlflow ui --backend-store-uri {cfg.tracking.uri}")
+    return "\n".join(lines)
 
 
 @app.command(help="Train one model (or fetch it from the checkpoint cache) and print where it is.\n\n"
              "Examples:\n\n  capsbench train model=capsnet dataset=mnist\n\n  capsbench train model=cnn_9x9 budget=smoke seed=1")
-def train(overrides: Overrides = None) -> None:
+def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
     from capsbench.config import compose, parse_overrides
 
     try:
@@ -96,11 +123,11 @@ def train(overrides: Overrides = None) -> None:
             raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
         rest = [i for i in items if not i.startswith(("model=", "seed="))]
         cfg = compose([*rest, f"models=[{raw['model']}]", f"seeds=[{raw.get('seed', '0')}]"], require_suite=False)
-        from capsbench.runner import load_data  # heavy: only once the input is known to be good
+        from capsbench.unit_execution import load_data  # heavy: only once the input is known to be good
         from capsbench.training import obtain_model
 
-        _setup_logging()
-        trained = obtain_model(cfg, raw["model"], cfg.seeds[0], load_data(cfg))
+        _setup_logging(quiet)
+        trained = obtain_model(cfg, raw["model"], cfg.seeds[0], load_data(cfg.dataset, cfg.data))
     except CapsbenchError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -116,14 +143,14 @@ def train(overrides: Overrides = None) -> None:
              "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
              "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir. "
              "Runs of different budgets or capsbench versions are never mixed.")
-def report(overrides: Overrides = None) -> None:
+def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
     from capsbench.config import compose_report
 
     try:
         cfg = compose_report(list(overrides or []))
         from capsbench.summary import build_report  # heavy: only once the input is known to be good
 
-        _setup_logging()
+        _setup_logging(quiet)
         result = build_report(cfg)
     except CapsbenchError as exc:
         _fail(str(exc))
@@ -210,3 +237,7 @@ def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -18,6 +18,7 @@ from yaml import YAMLError
 
 from capsbench.config_shape import check_shapes, expected_at
 from capsbench.errors import CapsbenchError
+from capsbench.launchers.settings import RaySettings, SlurmSettings
 from capsbench.registry import close_matches
 
 BUDGETS = ("smoke", "quick", "paper")
@@ -69,6 +70,11 @@ class RunConfig:
     # per model name: constructor overrides, and train overrides (its paper's lr, ...)
     model_args: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
     model_train: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
+    threads: int | None = None  # torch intra-op threads per unit; None: torch's default (the physical cores)
+    remeasure: bool = False  # measure every unit again, even those a previous run of the same command finished
+    launcher: str = "local"  # local (in this process), ray, or slurm (submitit)
+    ray: RaySettings = field(default_factory=RaySettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
     params: Any = None  # the suite's own parameters (its Params dataclass)
 
 
@@ -226,6 +232,18 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
     if resolve_device:
         _resolve_device(cfg)
     return cfg
+
+
+def compose_suites(overrides: list[str]) -> list[DictConfig]:
+    """One composed config per suite named by suite=NAME or suite=[A,B,...]; every other override applies to each."""
+    value = parse_overrides(overrides).get("suite", "")
+    if not value.startswith("["):
+        return [compose(overrides)]
+    names = [n.strip() for n in value.strip("[]").split(",") if n.strip()]
+    if not names or len(set(names)) != len(names):
+        raise CapsbenchError(f"suite=[...] must name distinct suites, e.g. suite=[accuracy,robustness], got suite={value}")
+    rest = [o for o in overrides if not o.startswith("suite=")]
+    return [compose([*rest, f"suite={name}"]) for name in names]
 
 
 def compose_report(overrides: list[str]) -> DictConfig:

@@ -107,6 +107,26 @@ def validate(cfg: DictConfig, *, explicit_root: str | None) -> None:
     if not (cfg.device in ("auto", "cpu", "mps") or cfg.device == "cuda" or _cuda_index(cfg.device)):
         raise CapsbenchError(f"device must be one of {DEVICES}, got {cfg.device!r}")
     check_data_root(cfg.data.root, explicit=explicit_root, download=cfg.data.download)
+    check_launch(cfg)
+
+
+def check_launch(cfg: DictConfig) -> None:
+    """threads, the launcher's name and its resource settings."""
+    from capsbench.launchers.settings import LAUNCHERS
+    from capsbench.registry import close_matches
+
+    if cfg.threads is not None and cfg.threads < 1:
+        raise CapsbenchError(f"threads must be an integer >= 1, or null for torch's default, got {cfg.threads}")
+    if cfg.launcher not in LAUNCHERS:
+        raise CapsbenchError(f"unknown launcher {cfg.launcher!r}: {close_matches(cfg.launcher, list(LAUNCHERS))}")
+    positive = (lambda v: v >= 0, "a number >= 0")
+    check_ranges(cfg.ray, {"cpus_per_unit": positive, "gpus_per_unit": positive, "max_retries": _at_least(0),
+                           "num_cpus": _optional(_at_least(1), "for all CPUs"),
+                           "num_gpus": _optional(_at_least(0), "for all GPUs")}, "ray")
+    check_ranges(cfg.slurm, {"gpus_per_unit": _at_least(0), "cpus_per_unit": _at_least(1), "time": _at_least(1),
+                             "array_parallelism": _at_least(1), "max_retries": _at_least(0)}, "slurm")
+    if cfg.slurm.cluster not in ("slurm", "local"):
+        raise CapsbenchError(f"slurm.cluster must be slurm or local (local processes, for tests), got {cfg.slurm.cluster!r}")
 
 
 def _cuda_index(device: str) -> bool:

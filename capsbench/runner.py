@@ -1,142 +1,147 @@
-"""Runs a composed suite config: plan (models x seeds), obtain checkpoints, measure, track, report."""
+"""The driver: plan the units of one or more suites, reuse the ones an earlier run of the same command finished, launch
+the rest, keep each result on disk and log its MLflow run the moment it arrives, then write every suite's tables.
+
+Only the driver writes MLflow runs and tables; units (wherever a launcher runs them) only return results.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from capsbench import report
 from capsbench.atomic import write_text
 from capsbench.baselines import load_baselines, matching
 from capsbench.config import to_dict, to_yaml
-from capsbench.data import Splits, load_splits
-from capsbench.models import create_model
-from capsbench.plots import save_figure
-from capsbench.protocols import TrainingProtocol
-from capsbench.suites import SUITES, Context, Suite, Variant
-from capsbench.tracking import ChildRun, Tracker, environment_tags, flatten
-from capsbench.training import model_config, obtain_model
+from capsbench.errors import CapsbenchError
+from capsbench.launchers import make_launcher
+from capsbench.progress import Progress
+from capsbench.suites import SUITES
+from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
+from capsbench.unit_store import UnitStore
+from capsbench.units import UnitResult, UnitSpec, plan
 
 log = logging.getLogger(__name__)
+RECORDS_SCHEMA_VERSION = 1  # of records.jsonl; README documents the fields
 
 
 @dataclass
 class SuiteResult:
+    suite: str
     records: list[dict[str, Any]]
     paths: dict[str, Path]
     markdown: str
     parent_run_id: str | None
-
-
-def load_data(cfg: DictConfig) -> Splits:
-    d = cfg.data
-    return load_splits(
-        cfg.dataset, root=Path(d.root), download=d.download, val_size=d.val_size,
-        train_subset=d.train_subset, val_subset=d.val_subset, test_subset=d.test_subset,
-    )
+    missing: list[UnitResult] = field(default_factory=list)  # units that failed: not in the tables
 
 
 def make_tracker(cfg: DictConfig) -> Tracker:
-    return Tracker(
-        uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
-        artifact_root=Path(cfg.output_dir) / "mlartifacts", enabled=cfg.tracking.enabled,
-    )
+    return Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
+                   artifact_root=Path(cfg.output_dir) / "mlartifacts", enabled=cfg.tracking.enabled)
 
 
 def run_suite(cfg: DictConfig) -> SuiteResult:
-    """Measure every (model, seed) of the suite and write its records and tables under <output_dir>/<suite>/."""
+    """One suite; see run_suites."""
+    return run_suites([cfg])[0]
+
+
+def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
+    """Measure every unit of the suites (sharing one output directory and launcher) and write their outputs."""
+    first = cfgs[0]
+    plans = {cfg.suite: plan(cfg) for cfg in cfgs}
+    store, tracker = UnitStore(first.output_dir), make_tracker(first)
+    done: dict[str, UnitResult] = {}
+    for cfg in cfgs:
+        for unit in plans[cfg.suite]:
+            if not cfg.remeasure and (kept := store.load(unit)) is not None:
+                done[unit.key] = kept
+    todo = [u for units in plans.values() for u in units if u.key not in done]
+    log.info("%d unit(s): %d finished by an earlier run of this command, %d to run", len(done) + len(todo), len(done), len(todo))
+    tags = {cfg.suite: {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget} for cfg in cfgs}
+    parents = {cfg.suite: tracker.start_parent(f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags[cfg.suite],
+                                               to_yaml(cfg)) for cfg in cfgs}
+    columns = {cfg.suite: SUITES.get(cfg.suite).sweep_columns for cfg in cfgs}
+    try:
+        for result in done.values():
+            suite = result.spec.suite
+            tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=True)
+        _launch(first, todo, store, tracker, done, parents, tags, columns)
+        return [_finish(cfg, plans[cfg.suite], done, tracker, parents[cfg.suite]) for cfg in cfgs]
+    except KeyboardInterrupt:
+        tracker.end_open("KILLED")
+        raise
+    except Exception as exc:
+        tracker.end_open("FAILED", error=f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, tracker: Tracker, done: dict[str, UnitResult],
+            parents: dict[str, str | None], tags: dict[str, dict[str, str]], columns: dict[str, tuple]) -> None:
+    """Run the missing units; keep and log each result as it arrives (a kill later loses none of them)."""
+    failures = 0
+    with Progress("units", len(todo), unit="unit", leave=True) as bar:
+        for result in make_launcher(cfg).run(todo):
+            if result.status == "done":
+                store.save(result)
+            else:
+                failures += 1
+                log.error("unit %s failed: %s", result.spec.name, result.error)
+            done[result.key] = result
+            suite = result.spec.suite
+            tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=False)
+            bar.update()
+            bar.note(f"last: {result.spec.name}" + (f", {failures} failed" if failures else ""))
+
+
+def _finish(cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult], tracker: Tracker,
+            parent_id: str | None) -> SuiteResult:
+    """The suite's records, tables, records.jsonl and config.yaml, and its parent run's headline metrics."""
     suite_cls = SUITES.get(cfg.suite)
-    suite = suite_cls()
-    suite.validate(cfg)
-    splits = load_data(cfg)
-    torch.set_float32_matmul_precision("highest")  # TF32 off: numbers must not depend on the GPU generation
-    tracker = make_tracker(cfg)
-    tags = {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget}
-    protocol = suite.protocol(cfg)
-    resources = suite.prepare(cfg, splits)
+    finished = [done[u.key] for u in units if u.key in done and done[u.key].status == "done"]
+    missing = [done[u.key] for u in units if u.key in done and done[u.key].status != "done"]
+    records = [r for result in finished for r in result.records]
+    if not records:
+        raise CapsbenchError(f"every unit of suite {cfg.suite!r} failed ({missing[0].spec.name}: {missing[0].error}); "
+                             "see the log above, fix the cause and run the same command again")
     out_dir = Path(cfg.output_dir) / cfg.suite
-    records: list[dict[str, Any]] = []
-    built_with: dict[str, set[tuple]] = {}  # model -> the constructor arguments of its variants
-    with tracker.parent(f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags, to_yaml(cfg)):
-        for model_name in cfg.models:
-            for variant in suite.variants(cfg, model_name):
-                vcfg = with_model_args(cfg, model_name, variant)
-                suffix = "".join(f"-{k}{v}" for k, v in variant.columns.items())
-                for seed in cfg.seeds:
-                    run_name = f"{model_name}{suffix}-{cfg.dataset}-s{seed}"
-                    child_params = {"model": model_name, "dataset": cfg.dataset, "seed": seed, **variant.columns}
-                    with tracker.child(run_name, child_params, {**tags, "model": model_name}) as child:
-                        model, model_args, undertrained = _model(suite, vcfg, model_name, seed, splits, protocol, child)
-                        built_with.setdefault(model_name, set()).add(tuple(sorted((k, str(v)) for k, v in model_args.items())))
-                        ctx = Context(
-                            model=model.eval(), model_name=model_name, splits=splits, params=cfg.params,
-                            device=cfg.device, batch_size=cfg.train.eval_batch_size, seed=seed, protocol=protocol,
-                            resources=resources, model_args=model_args,
-                        )
-                        flag = {} if undertrained is None else {"undertrained": undertrained}
-                        rows = [
-                            {"suite": cfg.suite, "model": model_name, "dataset": cfg.dataset, "seed": seed,
-                             **variant.columns, **r, **flag}
-                            for r in suite.measure(ctx)
-                        ]
-                        child.log_records(rows, suite_cls.sweep_columns)
-                        records += rows
-                        figure_paths = [
-                            path
-                            for name, fig in suite.figures(ctx).items()
-                            for path in save_figure(fig, out_dir / "figures" / f"{name}-{model_name}{suffix}-s{seed}")
-                        ]
-                        child.log_artifacts(figure_paths)
-        paths = report.write_outputs(
-            out_dir, records, suite_cls, published_beside(cfg.suite, built_with), notes=suite.notes(records, cfg.params)
-        )
-        config_path = out_dir / "config.yaml"
-        write_text(config_path, to_yaml(cfg))
-        tracker.log_artifacts([*paths.values(), config_path])
-    return SuiteResult(records, {**paths, "config.yaml": config_path}, paths["table.md"].read_text(), tracker.parent_id)
+    notes = suite_cls().notes(records, cfg.params) + [
+        f"MISSING {r.spec.name}: the unit failed ({r.error}); rerun the same command to measure it" for r in missing]
+    paths = report.write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
+    paths["records.jsonl"] = out_dir / "records.jsonl"
+    write_text(paths["records.jsonl"], "".join(json.dumps({"schema_version": RECORDS_SCHEMA_VERSION, **r}, default=str)
+                                               + "\n" for r in records))
+    paths["config.yaml"] = out_dir / "config.yaml"
+    write_text(paths["config.yaml"], to_yaml(cfg))
+    figures = [Path(p) for result in finished for p in result.figures]
+    tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures])
+    return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing)
 
 
-def published_beside(suite: str, built_with: dict[str, set[tuple]]) -> list[dict[str, Any]]:
-    """Published numbers (baselines/) for the models measured, matched on their constructor arguments.
+def headline_metrics(records: list[dict[str, Any]], suite_cls: Any) -> dict[str, float]:
+    """Per model and table metric coordinate, the mean over seeds: <model>.<metric>.<coordinates>."""
+    shown = suite_cls.table_metrics
+    values: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if shown is None or r["metric"] in shown:
+            values[f"{r['model']}.{metric_key(r, suite_cls.sweep_columns)}"].append(float(r["value"]))
+    return {k: sum(v) / len(v) for k, v in values.items()}
+
+
+def published_beside(suite: str, finished: list[UnitResult]) -> list[dict[str, Any]]:
+    """Published numbers (baselines/) for the models measured, matched on their constructor arguments as logged.
 
     A model measured in several variants (e.g. routing iterations) gets none here: its rows differ in the
     arguments a published number is tied to; `capsbench report` handles that per invocation.
     """
+    built_with: dict[str, set[tuple]] = defaultdict(set)
+    for result in finished:
+        args = {k.removeprefix("model_args."): str(v) for k, v in result.params.items() if k.startswith("model_args.")}
+        built_with[result.spec.model].add(tuple(sorted(args.items())))
     single = {model: dict(next(iter(args))) for model, args in built_with.items() if len(args) == 1}
     return matching(load_baselines(), suite=suite, model_args=single)
-
-
-def with_model_args(cfg: DictConfig, model_name: str, variant: Variant) -> DictConfig:
-    """The config with the variant's constructor overrides merged into model_args.<model_name>."""
-    if not variant.model_args:
-        return cfg
-    return OmegaConf.merge(cfg, {"model_args": {model_name: dict(variant.model_args)}})  # type: ignore[return-value]
-
-
-def _model(
-    suite: Suite, cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol, child: ChildRun
-) -> tuple[torch.nn.Module, dict[str, Any], bool | None]:
-    """A trained model from the checkpoint cache (or trained now), or a fresh seeded one for suites that need no weights;
-    and whether the trained model is undertrained (None: not trained)."""
-    if not suite.needs_training:
-        args = model_config(cfg, name, splits, protocol)
-        torch.manual_seed(seed)
-        child.log_params({f"model_args.{k}": v for k, v in args.items()})
-        return create_model(name, **args).to(cfg.device), args, None
-    trained = obtain_model(cfg, name, seed, splits, protocol)
-    val, floor = 100.0 * trained.meta["best_val_accuracy"], protocol.min_validation_score(splits.spec)
-    if val < floor:
-        log.warning("%s seed %d is undertrained: best validation score %.2f %% is below the floor of %.1f %% for %s; "
-                    "it is flagged in the records and tables and never counted as best", name, seed, val, floor, splits.name)
-    child.log_params({
-        "checkpoint.key": trained.key, "checkpoint.path": str(trained.path),
-        "checkpoint.cached": trained.cached, "checkpoint.best_epoch": trained.meta["best_epoch"],
-        **{f"model_args.{k}": v for k, v in trained.meta["identity"]["model_args"].items()},
-    })
-    child.log_metrics({"best_val_accuracy": val})
-    return trained.model, trained.meta["identity"]["model_args"], val < floor

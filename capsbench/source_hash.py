@@ -131,3 +131,11 @@ def training_roots(model_target: str, protocol: object, loader: object) -> list[
     roots = [model_target.partition(":")[0], TRAINING_LOOP, type(protocol).__module__]
     target = getattr(loader, "target", None)
     return roots + ([target.partition(":")[0]] if isinstance(target, str) else [])
+
+
+def package_hash(package_dir: Path | None = None) -> str:
+    """One sha256 over every module of the package (code only, as above): any change to measuring code changes it."""
+    package_dir = package_dir or PACKAGE_DIR
+    files = sorted(package_dir.rglob("*.py"))
+    parts = [f"{p.relative_to(package_dir).as_posix()}\0{_parsed(p)[0]}\n" for p in files]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()

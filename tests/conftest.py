@@ -59,13 +59,13 @@ def mnist_root() -> Path:
 def tracked_store(tmp_path_factory):
     """A real MLflow SQLite store written by two `capsbench run` invocations (seeds 0,1 then 2,3) of the
     accuracy suite at the smoke budget, on synthetic images: (tracking uri, output dir, records of both)."""
-    from capsbench import runner
+    from capsbench import runner, unit_execution
 
     out = tmp_path_factory.mktemp("tracked")
     uri = f"sqlite:///{out / 'mlflow.db'}"
     records = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "load_data", lambda cfg: make_splits())
+        mp.setattr(unit_execution, "load_data", lambda dataset, data: make_splits())
         for seeds in ("[0,1]", "[2,3]"):
             cfg = compose(["suite=accuracy", "budget=smoke", f"output_dir={out}", f"tracking.uri={uri}",
                            "train.epochs=1", "device=cpu", f"seeds={seeds}", "models=[capsnet,cnn_sabour]"])

@@ -4,7 +4,7 @@ variants expanded into record columns, parameters validated before anything runs
 import pandas as pd
 import pytest
 
-from capsbench import runner
+from capsbench import runner, unit_execution
 from capsbench.config import compose
 from capsbench.errors import CapsbenchError
 from capsbench.suites import SUITES
@@ -13,7 +13,7 @@ from capsbench.suites import SUITES
 @pytest.fixture
 def run(tmp_path, monkeypatch, tiny_splits):
     """run(*overrides): the smoke budget on synthetic splits, everything under tmp_path, MLflow off."""
-    monkeypatch.setattr(runner, "load_data", lambda cfg: tiny_splits)
+    monkeypatch.setattr(unit_execution, "load_data", lambda dataset, data: tiny_splits)
 
     def go(*overrides):
         cfg = compose([*overrides, "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu"])

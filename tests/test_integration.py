@@ -6,7 +6,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from capsbench import runner as runner_module
+from capsbench import unit_execution
 from capsbench.cli import app
 
 
@@ -62,18 +62,25 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
         assert 50.0 < child.data.metrics["test_accuracy"] <= 100.0
         assert child.data.params["checkpoint.cached"] == "False"
 
-    # Second invocation: every checkpoint comes from the cache.
+    # Second invocation: every unit is reused as measured; with remeasure=true every checkpoint comes from the cache.
+    def newest_children():
+        runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])
+        newest_parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+        return [r for r in runs if r.data.tags.get("mlflow.parentRunId") == newest_parent.info.run_id]
+
     run_cli(args)
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])
-    newest_parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-    cached = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == newest_parent.info.run_id]
+    reused = newest_children()
+    assert len(reused) == 3 and all(r.data.tags["unit.reused"] == "true" for r in reused)
+    run_cli([*args, "remeasure=true"])
+    cached = newest_children()
     assert len(cached) == 3 and all(r.data.params["checkpoint.cached"] == "True" for r in cached)
+    assert all(r.data.tags["unit.reused"] == "false" for r in cached)
 
 
 @pytest.mark.slow
 def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_args, monkeypatch):
     uri, args = smoke_args
-    real_obtain = runner_module.obtain_model
+    real_obtain = unit_execution.obtain_model
     calls = []
 
     def interrupt_on_second_model(cfg, name, *args):
@@ -82,7 +89,7 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
             raise KeyboardInterrupt
         return real_obtain(cfg, name, *args)
 
-    monkeypatch.setattr(runner_module, "obtain_model", interrupt_on_second_model)
+    monkeypatch.setattr(unit_execution, "obtain_model", interrupt_on_second_model)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130 and "interrupted" in result.output
     assert not (tmp_path / "out" / "accuracy" / "table.md").exists()
@@ -90,8 +97,8 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
     runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     assert parent.info.status == "KILLED"
-    assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED", "KILLED"]  # model 1 done, model 2 cut
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]  # model 1's unit logged whole, model 2 cut before
 
-    monkeypatch.setattr(runner_module, "obtain_model", real_obtain)
+    monkeypatch.setattr(unit_execution, "obtain_model", real_obtain)
     run_cli(args)
     assert (tmp_path / "out" / "accuracy" / "table.md").exists()

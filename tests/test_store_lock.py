@@ -17,8 +17,8 @@ tracker = Tracker(uri=f"sqlite:///{out / 'mlflow.db'}", experiment="capsbench", 
 (gate / f"ready-{me}").touch()
 while not (gate / "go").exists():
     time.sleep(0.002)
-with tracker.parent(f"run-{me}", {"who": me}, {"suite": "accuracy"}, "seeds: [0]\\n"):
-    pass
+run_id = tracker.start_parent(f"run-{me}", {"who": me}, {"suite": "accuracy"}, "seeds: [0]\\n")
+tracker.finish_parent(run_id, {}, [])
 """
 
 

@@ -1,0 +1,29 @@
+"""How units are launched (the `launcher`, `ray.*` and `slurm.*` config keys): torch-free, validated with the config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LAUNCHERS = ("local", "ray", "slurm")
+
+
+@dataclass
+class RaySettings:
+    address: str | None = None  # unset: start a local Ray here; "auto" or host:port: connect to a running cluster
+    num_cpus: int | None = None  # local Ray only; default: all CPUs of this machine
+    num_gpus: int | None = None  # local Ray only; default: all GPUs
+    cpus_per_unit: float = 1.0  # resources one unit (a train or a measure task) asks for
+    gpus_per_unit: float = 0.0
+    max_retries: int = 2  # retries of a task whose worker died (a lost node costs only its units)
+
+
+@dataclass
+class SlurmSettings:
+    partition: str | None = None
+    gpus_per_unit: int = 1
+    cpus_per_unit: int = 4
+    time: int = 60  # minutes per unit (the job array's time limit)
+    array_parallelism: int = 16  # units running at once
+    max_retries: int = 1  # resubmissions of a unit whose job failed
+    folder: str | None = None  # submitit's logs and pickles; default <output_dir>/slurm (on shared storage)
+    cluster: str = "slurm"  # "slurm", or "local" to run the same job array as local processes (tests, laptops)
