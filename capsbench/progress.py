@@ -45,9 +45,13 @@ class Progress:
             log.info("%s: %s%s", self.desc, self._count(), f" ({self.status})" if self.status else "")
 
     def note(self, status: str) -> None:
+        """Set the status: shown beside the bar on a terminal, logged at once (with the count) elsewhere."""
         self.status = status
         if self._bar is not None:
-            self._bar.set_postfix_str(status, refresh=False)
+            self._bar.set_postfix_str(status)
+        elif self._lines:
+            self._last = time.monotonic()
+            log.info("%s: %s (%s)", self.desc, self._count(), status)
 
     def _count(self) -> str:
         if not self.total:

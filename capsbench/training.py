@@ -18,6 +18,7 @@ from capsbench.checkpoints import CheckpointCache, content_key
 from capsbench.config import for_model
 from capsbench.data import SPLIT_SEED, Splits, batches
 from capsbench.models import MODELS, Classifier, create_model
+from capsbench.progress import is_quiet
 from capsbench.protocols import TrainingProtocol, dataset_protocol
 from capsbench.source_hash import source_identity, training_roots
 
@@ -178,7 +179,7 @@ def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[
     n_batches = -(-len(splits.train_x) // cfg.train.batch_size)
     bar = tqdm(
         batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
-        total=n_batches, desc=desc, leave=False, disable=None,
+        total=n_batches, desc=desc, leave=False, disable=True if is_quiet() else None,  # None: bar on a TTY only
     )
     for step, (images, labels) in enumerate(bar):
         batch = protocol.train_batch(images, labels, gen)

@@ -12,6 +12,7 @@ from capsbench.cost.macs import PARTS, count_macs, parameter_counts
 from capsbench.cost.memory import StepSpec, cpu_peak_rss, cuda_peak_bytes
 from capsbench.cost.precision import autocast, dtype_label, maybe_compile
 from capsbench.cost.timing import device_label, median_seconds, routing_inputs, routing_modules, time_iterations
+from capsbench.progress import Progress
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.params import EfficiencyParams
 
@@ -46,12 +47,17 @@ class EfficiencySuite(Suite):
         spec = ctx.splits.spec
         side = ctx.protocol.input_size(spec.image_size)
         shape = (spec.in_channels, side, side)
-        records = self._counts(ctx.model, shape)
-        timing = {"device": device_label(ctx.device), "dtype": dtype_label(p.precision)}
-        if p.memory:
-            records += [{**r, **timing} for r in self._memory(ctx, shape)]
-        records += [{**r, **timing} for r in self._latency(ctx, shape)]
-        records += [{**r, **timing} for r in self._routing(ctx, shape)]
+        timing = {"device": device_label(ctx.device), "dtype": dtype_label(p.precision)}  # on every measured record
+        timed = ([("peak memory", self._memory)] if p.memory else []) + [("latency", self._latency),
+                                                                         ("routing latency", self._routing)]
+        with Progress(f"efficiency {ctx.model_name}", 1 + len(timed), unit="probe") as bar:
+            bar.note("counting MACs")
+            records = self._counts(ctx.model, shape)
+            bar.update()
+            for stage, probe in timed:
+                bar.note(stage)
+                records += [{**r, **timing} for r in probe(ctx, shape)]
+                bar.update()
         return records
 
     @staticmethod

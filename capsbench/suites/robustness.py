@@ -16,6 +16,7 @@ from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, wors
 from capsbench.data import as_images, batches
 from capsbench.evaluation import predict
 from capsbench.plots import STYLE, SweepPlot
+from capsbench.progress import Progress
 from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
@@ -59,11 +60,16 @@ class RobustnessSuite(Suite):
         clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
         run = _AttackRun(ctx, clean_ok, settings(p, ctx.splits.spec.num_classes))
-        for name in p.attacks:
-            eps_values = grid if CATALOG.get(name).white_box else [bb]
-            records += run.standalone(name, eps_values)
-        for name in p.extra_attacks:
-            records += run.worst_case_only(name, grid if CATALOG.get(name).white_box else [bb])
+        with Progress(f"attacks {ctx.model_name} s{ctx.seed}", len(p.attacks) + len(p.extra_attacks),
+                      unit="attack") as bar:
+            for name in p.attacks:
+                bar.note(f"{name} on {int(clean_ok.sum())} images")
+                records += run.standalone(name, grid if CATALOG.get(name).white_box else [bb])
+                bar.update()
+            for name in p.extra_attacks:
+                bar.note(f"{name} on what the worst case leaves robust")
+                records += run.worst_case_only(name, grid if CATALOG.get(name).white_box else [bb])
+                bar.update()
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [
             {"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps, **accuracy_fields((clean_ok & ~worst[eps]).numpy())}
