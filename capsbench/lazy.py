@@ -26,6 +26,17 @@ def load(target: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def lazy_attributes(module: str, table: dict[str, str]) -> Any:
+    """A module-level __getattr__ that imports each name of `table` ("package.module:Name") on first use."""
+
+    def __getattr__(name: str) -> Any:
+        if name in table:
+            return load(table[name])
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
 class LazyFunction:
     """A callable that imports its target on the first call (e.g. a dataset loader that needs torchvision)."""
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capsbench.errors import CapsbenchError
-from capsbench.lazy import keyword_arguments, load, split_target
+from capsbench.lazy import keyword_arguments, lazy_attributes, load, split_target
 from capsbench.registry import Registry, close_matches
 
 if TYPE_CHECKING:
@@ -114,12 +114,7 @@ _LAZY = {
     "ModelOutput": "capsbench.models.base:ModelOutput",
 }
 
-
-def __getattr__(name: str) -> Any:
-    """The model base classes, imported (with torch) on first use: `from capsbench.models import Classifier`."""
-    if name in _LAZY:
-        return load(_LAZY[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)  # the model base classes, imported with torch on first use
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from capsbench.lazy import class_literal, load, split_target
+from capsbench.lazy import class_literal, lazy_attributes, load, split_target
 from capsbench.registry import Registry
 from capsbench.suites.params import AffineParams, EfficiencyParams, NoParams, OverlapParams, RoutingParams
 from capsbench.suites.robustness_params import RobustnessParams
@@ -74,12 +74,7 @@ _LAZY = {
     "Variant": "capsbench.suites.base:Variant",
 }
 
-
-def __getattr__(name: str) -> Any:
-    """The suite base types, imported on first use: `from capsbench.suites import Context`."""
-    if name in _LAZY:
-        return load(_LAZY[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)  # the suite base types, imported on first use
 
 
 __all__ = ["CATALOG", "SUITES", "Context", "Metric", "Suite", "SuiteEntry", "Variant"]
