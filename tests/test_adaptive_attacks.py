@@ -61,7 +61,7 @@ def test_adaptive_logits_are_the_log_normalised_pre_squash_norms(name):
     x = torch.rand(6, 1, 28, 28)
     out = model(x)
     assert out.pre_squash is not None and out.pre_squash.shape == out.poses.shape
-    logits, decided = AdaptiveObjective(model)(x)
+    logits, decided, _ = AdaptiveObjective(model)(x)
     assert torch.equal(logits, capsule_logits(out.pre_squash.norm(dim=-1)))
     assert torch.equal(decided, decisions(model, x))  # same argmax as the lengths: the squash is monotone
 
@@ -90,7 +90,7 @@ def test_pgd_adaptive_follows_a_different_gradient_through_a_real_squash():
     y = decisions(model, x)
     grads = []
     for objective in (ATTACKS.get("pgd").objective(model), ATTACKS.get("pgd_adaptive").objective(model)):
-        logits, _ = objective(x)
+        logits = objective(x).logits
         grads.append(torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y), x)[0])
     assert not torch.allclose(grads[0], grads[1])
 

@@ -165,6 +165,8 @@ def test_fired_flags_are_footnotes_of_the_table(tmp_path):
     ("params.eps.mnist=[0,0.2,0.1]", "increasing"),
     ("params.attacks=[pgd,sqaure]", "did you mean 'square'"),
     ("params.blackbox_eps.mnist=0.12", "nonzero value of the eps grid"),
+    ("params.attacks=[pgd,pgd_detect_aware]", "params.detection_fpr=0.05"),
+    ("params.detection_fpr=1.5", "false-positive rate in \\(0, 1\\)"),
     ("dataset=mnist", None),
 ])
 def test_config_mistakes_stop_before_training(tmp_path, override, message):
@@ -179,7 +181,8 @@ def test_config_mistakes_stop_before_training(tmp_path, override, message):
 @pytest.mark.slow
 def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
     args = ["run", "suite=robustness", "budget=smoke", f"output_dir={tmp_path / 'out'}", f"data.root={mnist_root}",
-            "data.download=false", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "device=cpu"]
+            "data.download=false", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "device=cpu",
+            "params.detection_fpr=0.05"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out = tmp_path / "out" / "robustness"
@@ -191,6 +194,7 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
     for model in ("capsnet", "cnn_sabour", "cnn_9x9"):
         mine = [{**r, "value": float(r["value"]), "seed": int(r["seed"]), "eps": float(r["eps"]) if r["eps"] else None}
                 for r in rows if r["model"] == model]
+        assert mine, f"no records of {model}: {result.output[-3000:]}"
         (clean,) = [r["value"] for r in mine if r["metric"] == "clean_accuracy"]
         cleans.append(clean)
         robust = {(r["attack"], r["eps"]): r for r in mine if r["metric"] == "robust_accuracy"}
@@ -211,6 +215,12 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
         assert (out / "figures" / f"adversarial_examples-{model}-s0.png").stat().st_size > 0
     assert max(cleans) > 50.0, f"no smoke model is well above chance: {cleans}"
     assert "vote not run on cnn_sabour" in result.output
+    assert "pgd_detect_aware not run on cnn_sabour: the model has no reconstruction decoder" in result.output
+    defended = {(r["attack"], float(r["eps"])): float(r["value"]) for r in rows
+                if r["model"] == "capsnet" and r["metric"] == "correct_or_detected"}
+    for eps in grid[1:]:  # the detection-aware attack is at least as strong as the attacks that ignore the detector
+        assert defended[("pgd_detect_aware", eps)] <= min(defended[(a, eps)] for a in ("pgd", "pgd_adaptive", "vote"))
+        assert defended[("worst_case", eps)] <= defended[("pgd_detect_aware", eps)]
     assert (out / "robust_accuracy_vs_eps.pdf").read_bytes()[:4] == b"%PDF"
     assert_vote_surrogate_agrees_with_capsnet(tmp_path / "out" / "checkpoints", mnist_root)
 

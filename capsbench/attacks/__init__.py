@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from capsbench.lazy import load, split_target
+from capsbench.lazy import lazy_attributes, load, split_target
 from capsbench.registry import Registry
 
 if TYPE_CHECKING:
@@ -22,10 +22,12 @@ WORST_CASE = "worst_case"  # the per-image worst case over every attack run: the
 
 @dataclass(frozen=True)
 class AttackEntry:
-    """A registered attack: its class as "package.module:Class" and whether it uses the model's gradients."""
+    """A registered attack: its class as "package.module:Class", whether it uses the model's gradients, and whether
+    it attacks the model together with its reconstruction detector (then run by params.detection_fpr, not listed)."""
 
     target: str
     white_box: bool = True
+    defended: bool = False
 
     def __post_init__(self) -> None:
         split_target(self.target)
@@ -39,6 +41,7 @@ for _name, _entry in {
     "vote": AttackEntry("capsbench.attacks.adaptive:VoteAttack"),
     "square": AttackEntry("capsbench.attacks.torchattacks_adapters:Square", white_box=False),
     "autoattack": AttackEntry("capsbench.attacks.torchattacks_adapters:AutoAttack"),
+    "pgd_detect_aware": AttackEntry("capsbench.attacks.detection_aware:DetectionAwarePGD", defended=True),
 }.items():
     CATALOG.register(_name)(_entry)
 
@@ -71,12 +74,7 @@ _LAZY = {
     "worst_case_broken": "capsbench.attacks.worst_case:worst_case_broken",
 }
 
-
-def __getattr__(name: str) -> Any:
-    """The attack machinery, imported (with torch) on first use."""
-    if name in _LAZY:
-        return load(_LAZY[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)  # the attack machinery, imported with torch on first use
 
 
 __all__ = ["ATTACKS", "CATALOG", "WORST_CASE", "AttackEntry", *_LAZY]

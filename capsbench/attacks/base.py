@@ -11,6 +11,8 @@ import torch
 
 from capsbench.models import Classifier
 
+REJECTED = -1  # a defended model's decision on an input its detector flags: never counts as the attack's success
+
 
 @dataclass(frozen=True)
 class AttackSettings:
@@ -29,6 +31,8 @@ class AttackSettings:
     seed: int
     batch_size: int = 500
     early_exit: bool = True
+    detection_threshold: float | None = None  # the reconstruction detector that pgd_detect_aware evades
+    detection_weight: float = 1.0  # its penalty: weight x distance / threshold
 
 
 @dataclass

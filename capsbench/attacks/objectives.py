@@ -1,14 +1,25 @@
 """What a gradient attack differentiates: the model's attack logits, the adaptive (pre-squash, straight-through)
-logits of a capsule model, or the vote surrogate. Each returns (B, C) logits and, where its forward pass is the
-real model's, the model's decisions (B,) for free."""
+logits of a capsule model, the vote surrogate, or the adaptive logits against a reconstruction detector. Each returns
+a Judgement: (B, C) logits, the model's decisions (B,) where its forward pass is the real model's, and an optional
+penalty (B,) that the attack lowers while it raises its loss."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
+from capsbench.attacks.base import REJECTED
+from capsbench.detection import reconstruction_distance
 from capsbench.models import Classifier
 from capsbench.models.capsules import capsule_logits
 from capsbench.models.straight_through import straight_through
+
+
+class Judgement(NamedTuple):
+    logits: torch.Tensor  # (B, C)
+    decided: torch.Tensor | None  # (B,) the real model's (or defended model's) decisions; None: ask the model
+    penalty: torch.Tensor | None = None  # (B,) subtracted from the attack's loss
 
 
 class Objective:
@@ -19,9 +30,9 @@ class Objective:
     def __init__(self, model: Classifier) -> None:
         self.model = model
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(self, x: torch.Tensor) -> Judgement:
         out = self.model(x)
-        return out.logits, out.scores.detach().argmax(dim=1)
+        return Judgement(out.logits, out.scores.detach().argmax(dim=1))
 
 
 class AdaptiveObjective(Objective):
@@ -29,11 +40,10 @@ class AdaptiveObjective(Objective):
     capsules before the squash (same argmax as the lengths, no saturation), else its logits; every squash and
     capsule-activation sigmoid back-propagates as the identity (BPDA). The forward pass is the exact model."""
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(self, x: torch.Tensor) -> Judgement:
         with straight_through():
             out = self.model(x)
-        logits = out.logits if out.pre_squash is None else capsule_logits(out.pre_squash.norm(dim=-1))
-        return logits, out.scores.detach().argmax(dim=1)
+        return Judgement(_adaptive_logits(out), out.scores.detach().argmax(dim=1))
 
 
 class VoteObjective(Objective):
@@ -42,5 +52,29 @@ class VoteObjective(Objective):
 
     real_forward = False
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.model.vote_logits(x), None
+    def __call__(self, x: torch.Tensor) -> Judgement:
+        return Judgement(self.model.vote_logits(x), None)
+
+
+class DetectionAwareObjective(Objective):
+    """Against a reconstruction detector (Qin et al., ICLR 2020, arXiv:1907.02957, sec. 5): the adaptive logits, and
+    as penalty the reconstruction distance in units of the detector's threshold times `weight`, so the attack seeks a
+    misclassified input that also reconstructs well. A flagged input's decision is REJECTED: an image counts as broken
+    only when the model gets it wrong and the detector lets it through."""
+
+    def __init__(self, model: Classifier, *, threshold: float, weight: float) -> None:
+        super().__init__(model)
+        self.threshold, self.weight = threshold, weight
+
+    def __call__(self, x: torch.Tensor) -> Judgement:
+        with straight_through():
+            out = self.model(x)
+        distance = reconstruction_distance(out, x)  # (B,)
+        predicted = out.scores.detach().argmax(dim=1)
+        decided = torch.where(distance.detach() > self.threshold, torch.full_like(predicted, REJECTED), predicted)
+        return Judgement(_adaptive_logits(out), decided, self.weight * distance / self.threshold)
+
+
+def _adaptive_logits(out) -> torch.Tensor:
+    """Log-normalised pre-squash class-capsule norms where the model exposes them, else its attack logits."""
+    return out.logits if out.pre_squash is None else capsule_logits(out.pre_squash.norm(dim=-1))

@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from torch.nn import functional as F
 
-from capsbench.attacks.base import Attack, AttackResult, AttackSettings, decisions, start_noise
+from capsbench.attacks.base import REJECTED, Attack, AttackResult, AttackSettings, decisions, start_noise
 from capsbench.attacks.objectives import Objective
 from capsbench.models import Classifier
 
@@ -39,7 +39,8 @@ def pgd_rows(
     """L-inf PGD, one row per (image, eps): images (R, C, H, W) in [0, 1], labels (R,), eps and step_size (R,),
     noise (R, C, H, W) in [-1, 1] for a random start (scaled by eps) or None.
 
-    Every iterate 0..steps is judged by the real model's decision; a row is broken when any iterate is wrong. With
+    Every iterate 0..steps is judged by the real model's decision (or the defended model's, where a REJECTED decision
+    is never a success); a row is broken when any iterate is wrong. With
     early_exit a broken row leaves the batch at once (rows with eps = 0 after iterate 0): the same result, less work.
     Returns broken (R,) and adversarial images (R, C, H, W): the first breaking iterate, else the last.
     """
@@ -54,18 +55,22 @@ def pgd_rows(
     for t in range(steps + 1):
         last = t == steps
         xa = x[live].requires_grad_(not last)
-        logits, decided = None, None
+        judged = None
         if not last or objective.real_forward:
             with torch.set_grad_enabled(not last):
-                logits, decided = objective(xa)
+                judged = objective(xa)
+        decided = None if judged is None else judged.decided
         if decided is None:  # a surrogate objective: the real model decides
             decided = decisions(objective.model, xa.detach())
-        newly = (decided != labels[live]) & ~broken[live]
+        newly = (decided != labels[live]) & (decided != REJECTED) & ~broken[live]
         adversarial[live[newly]] = xa.detach()[newly]
         broken[live[newly]] = True
         if last:
             break
-        (grad,) = torch.autograd.grad(LOSSES[loss](logits, labels[live]).sum(), xa)
+        value = LOSSES[loss](judged.logits, labels[live])  # (B,)
+        if judged.penalty is not None:
+            value = value - judged.penalty
+        (grad,) = torch.autograd.grad(value.sum(), xa)
         stepped = xa.detach() + step_size[live].view(shape) * grad.sign()
         x[live] = torch.min(torch.max(stepped, lower[live]), upper[live])
         if early_exit:
@@ -104,6 +109,9 @@ class PGD(Attack):
     def random_start(self) -> bool:
         return True
 
+    def make_objective(self, model: Classifier, settings: AttackSettings) -> Objective:
+        return self.objective(model)
+
     def run(self, model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids: torch.Tensor,
             eps_values: list[float], settings: AttackSettings) -> AttackResult:
         n, k = len(images), len(eps_values)
@@ -111,7 +119,7 @@ class PGD(Attack):
         image_of_row = torch.arange(n, device=images.device).repeat_interleave(k)  # (N*k,)
         broken = torch.zeros(n * k, dtype=torch.bool, device=images.device)
         adversarial = images[image_of_row].clone()
-        objective = self.objective(model)
+        objective = self.make_objective(model, settings)
         for start in range(0, n * k, settings.batch_size):
             chunk = torch.arange(start, min(start + settings.batch_size, n * k), device=images.device)
             self._attack_chunk(objective, images, labels, ids, image_of_row[chunk], eps_all[chunk], settings,

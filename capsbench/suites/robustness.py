@@ -14,10 +14,12 @@ from matplotlib.figure import Figure
 
 from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, worst_case_broken
 from capsbench.data import as_images, batches
+from capsbench.detection import Detector
 from capsbench.evaluation import predict
 from capsbench.plots import STYLE, SweepPlot
 from capsbench.progress import Progress
 from capsbench.stats import accuracy_fields
+from capsbench.suites import robustness_detection as detection
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
 from capsbench.suites.robustness_params import RobustnessParams
@@ -47,10 +49,17 @@ class RobustnessSuite(Suite):
         Metric("sanity_flags", "count", None, "gradient-masking checks that fired for this (model, seed)"),
         Metric("sanity_flag", "fired", None, "1 if the check in column `check` fired, else 0"),
         Metric("attack_throughput", "images/s", True, "images x eps attacked per second, over the eps > 0 runs"),
+        Metric("correct_or_detected", "%", True, "detection on: test images classified correctly under attack or "
+               "flagged by the reconstruction detector (clean mistakes count only if flagged)"),
+        Metric("detection_rate", "%", True, "detection on: share of the images an attack broke whose adversarial "
+               "image the detector flags"),
+        Metric("detection_false_positive_rate", "%", False, "detection on: clean test images the detector flags"),
+        Metric("detection_threshold", "distance", None, "detection on: reconstruction distance above which an input "
+               "is flagged, set on clean validation images at params.detection_fpr"),
     )
     sweep_columns = ("attack", "eps", "check")
     detail_columns = ("reason",)
-    table_metrics = ("clean_accuracy", "robust_accuracy", "sanity_flags")
+    table_metrics = ("clean_accuracy", "robust_accuracy", "correct_or_detected", "sanity_flags")
     plots = (SweepPlot("robust_accuracy_vs_eps", "robust_accuracy", "eps", facet="attack", ylabel="robust accuracy [%]"),)
     Params = RobustnessParams
 
@@ -60,6 +69,9 @@ class RobustnessSuite(Suite):
         clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
         run = _AttackRun(ctx, clean_ok, settings(p, ctx.splits.spec.num_classes))
+        if p.detection_fpr is not None:
+            run.detector, skipped = detection.fit(ctx, run)
+            records += skipped
         with Progress(f"attacks {ctx.model_name} s{ctx.seed}", len(p.attacks) + len(p.extra_attacks),
                       unit="attack") as bar:
             for name in p.attacks:
@@ -75,6 +87,8 @@ class RobustnessSuite(Suite):
             {"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps, **accuracy_fields((clean_ok & ~worst[eps]).numpy())}
             for eps in grid
         ]
+        if run.detector is not None:
+            records += detection.detection_records(ctx, run, run.detector, grid)
         records += [{"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
                     for a, s in run.seconds.items() if s > 0 and run.rows[a] > 0]
         flags = sanity_flags(records, near_zero=p.near_zero)
@@ -126,6 +140,8 @@ class _AttackRun:
     def __init__(self, ctx: Context, clean_ok: torch.Tensor, attack_settings: AttackSettings) -> None:
         self.ctx, self.clean_ok, self.settings = ctx, clean_ok, attack_settings
         self.broken: dict[str, dict[float, torch.Tensor]] = {}
+        self.detector: Detector | None = None  # when set, each attack's adversarial images are also checked by it
+        self.flagged: dict[str, dict[float, torch.Tensor]] = {}  # per attack and eps: adversarial image flagged
         self.seconds: dict[str, float] = defaultdict(float)
         self.rows: dict[str, int] = defaultdict(int)
         self.sample = as_images(ctx.splits.test_x[:1], ctx.device)
@@ -152,7 +168,13 @@ class _AttackRun:
             self._attack(name, robust, [eps])
         return []
 
-    def _attack(self, name: str, candidates: torch.Tensor, eps_values: list[float]) -> dict[float, torch.Tensor]:
+    def attack_quietly(self, name: str, candidates: torch.Tensor, eps_values: list[float]) -> dict[float, torch.Tensor]:
+        """Run `name` on the candidate images: which it broke per eps, kept out of the worst case (and unchecked by
+        the detector); its cost is counted."""
+        return self._attack(name, candidates, eps_values, keep=False)
+
+    def _attack(self, name: str, candidates: torch.Tensor, eps_values: list[float], *,
+                keep: bool = True) -> dict[float, torch.Tensor]:
         ids = candidates.nonzero().squeeze(1)  # (M,) test-set indices of the images to attack
         images, y = as_images(self.ctx.splits.test_x[ids], self.ctx.device), self.ctx.splits.test_y[ids]
         start = time.perf_counter()
@@ -166,6 +188,19 @@ class _AttackRun:
             if result is not None:
                 mask[ids] = result.broken[eps].cpu()
             out[eps] = mask
-            per_eps = self.broken.setdefault(name, {})
-            per_eps[eps] = per_eps.get(eps, torch.zeros_like(mask)) | mask
+            if not keep:
+                continue
+            _merge(self.broken, name, eps, mask)
+            if self.detector is not None:
+                flags = torch.zeros_like(mask)
+                if result is not None:
+                    flags[ids] = self.detector.flags(self.ctx.model, result.adversarial[eps],
+                                                     batch_size=self.settings.batch_size)
+                _merge(self.flagged, name, eps, flags & mask)  # flagged where it broke the image
         return out
+
+
+def _merge(store: dict[str, dict[float, torch.Tensor]], name: str, eps: float, mask: torch.Tensor) -> None:
+    """OR `mask` into store[name][eps] (an attack may run several times, e.g. at each eps on what is left)."""
+    per_eps = store.setdefault(name, {})
+    per_eps[eps] = per_eps.get(eps, torch.zeros_like(mask)) | mask

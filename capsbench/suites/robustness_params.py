@@ -28,6 +28,9 @@ class RobustnessParams:
     attack_seed: int = 0  # fixes random starts and the self-seeded attacks (Square, AutoAttack)
     near_zero: float = 1.0  # % accuracy at the largest eps below which the strongest attack counts as ~0
     examples: int = 8  # images in the adversarial-example grid per model
+    detection_fpr: float | None = None  # set (e.g. 0.05): reconstruction-based detection for models with a decoder
+    detection_val_images: int = 1000  # clean validation images the detector's threshold is set on
+    detection_weight: float = 1.0  # pgd_detect_aware's penalty: weight x reconstruction distance / threshold
 
     @staticmethod
     def validate(cfg: Any) -> None:
@@ -39,6 +42,14 @@ class RobustnessParams:
             for a in p[key]:
                 if a not in CATALOG:
                     raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, CATALOG.names())}")
+        defended = [a for a in (*p.attacks, *p.extra_attacks) if CATALOG.get(a).defended]
+        if defended:
+            raise CapsbenchError(f"{defended[0]} is not listed in params.attacks: it runs against the reconstruction "
+                                 "detector, which params.detection_fpr=0.05 (for example) turns on")
+        if p.detection_fpr is not None and not 0.0 < p.detection_fpr < 1.0:
+            raise CapsbenchError(f"params.detection_fpr is a false-positive rate in (0, 1), e.g. 0.05; got {p.detection_fpr}")
+        if p.detection_val_images < 1 or p.detection_weight < 0:
+            raise CapsbenchError("params.detection_val_images must be >= 1 and params.detection_weight >= 0")
         if not p.attacks:
             raise CapsbenchError("params.attacks is empty: name at least one attack, e.g. params.attacks=[pgd]")
         black_box = any(not CATALOG.get(a).white_box for a in (*p.attacks, *p.extra_attacks))

@@ -1,0 +1,73 @@
+"""Reconstruction-based detection (Qin et al. 2020): the threshold's known answers, its false-positive rate on held-out
+clean images, rejected decisions in the PGD engine, and the suite's detection records."""
+
+import pytest
+import torch
+
+from capsbench import create_model
+from capsbench.attacks.objectives import Judgement, Objective
+from capsbench.attacks.base import REJECTED
+from capsbench.attacks.pgd import pgd_rows
+from capsbench.detection import distances, fit_detector, threshold_for
+from conftest import make_splits
+from test_models import tiny_args
+from test_robustness import BandModel, measure
+
+
+@pytest.mark.parametrize("values, fpr, expected", [
+    (range(1, 101), 0.05, 95.0),  # 5 of 100 strictly above
+    (range(1, 11), 0.1, 9.0),
+    (range(1, 11), 0.05, 10.0),  # 0.5 of 10 allowed: nothing may be flagged
+    ([3, 3, 3, 3], 0.25, 3.0),  # ties: none strictly above
+])
+def test_threshold_flags_at_most_the_rate_on_the_images_it_was_set_on(values, fpr, expected):
+    d = torch.tensor(list(values), dtype=torch.float).flip(0)
+    assert threshold_for(d, fpr) == expected
+    assert (d > expected).float().mean() <= fpr
+
+
+def test_false_positive_rate_holds_on_held_out_clean_images():
+    """Set on 1,000 clean images at 5 %, the rate on 4,000 others from the same distribution stays within sampling
+    error (the threshold's own spread dominates: sd about 0.7 points)."""
+    torch.manual_seed(0)
+    model = create_model("capsnet", **tiny_args("capsnet")).eval()
+    splits = make_splits(n_train=1, n_val=1000, n_test=4000)
+    detector = fit_detector(model, splits.val_x, fpr=0.05, batch_size=500)
+    held_out = detector.flags(model, splits.test_x, batch_size=500).float().mean().item()
+    assert detector.n == 1000 and (distances(model, splits.val_x, batch_size=500) > detector.threshold).float().mean() <= 0.05
+    assert 0.028 <= held_out <= 0.072, held_out
+
+
+class _AlwaysRejected(Objective):
+    """Wrong on every input, but every input is flagged."""
+
+    def __call__(self, x):
+        logits = torch.stack([x.flatten(1).sum(1), -x.flatten(1).sum(1)], dim=1)  # (B, 2): class 0 always
+        return Judgement(logits, torch.full((len(x),), REJECTED))
+
+
+def test_a_rejected_decision_never_counts_as_broken():
+    images, labels = torch.rand(4, 1, 6, 6), torch.ones(4, dtype=torch.long)  # class 1: the model is always wrong
+    eps = torch.full((4,), 0.3)
+    broken, _ = pgd_rows(_AlwaysRejected(None), images, labels, eps, steps=3, step_size=eps / 3, loss="ce", noise=None)
+    assert not broken.any()
+
+
+def test_the_suite_reports_detection_for_decoder_models_and_skips_the_rest():
+    torch.manual_seed(0)
+    capsnet = create_model("capsnet", **tiny_args("capsnet")).eval()
+    records = measure(capsnet, pgd_steps=3, attacks=["fgsm", "pgd_adaptive"], detection_fpr=0.1, detection_val_images=32)
+    cod = {(r["attack"], r["eps"]): r["value"] for r in records if r["metric"] == "correct_or_detected"}
+    assert set(cod) == {(a, e) for a in ("fgsm", "pgd_adaptive", "pgd_detect_aware", "worst_case") for e in (0.25, 0.5)}
+    for (attack, eps), v in cod.items():
+        assert cod[("worst_case", eps)] <= v
+    assert cod[("worst_case", 0.5)] <= cod[("worst_case", 0.25)]
+    (fpr,) = [r for r in records if r["metric"] == "detection_false_positive_rate"]
+    assert fpr["n"] == 48
+    robust = {r["attack"] for r in records if r["metric"] == "robust_accuracy"}
+    assert "pgd_detect_aware" not in robust  # its success criterion differs: it is not a plain robust accuracy
+
+    plain = measure(BandModel(), pgd_steps=3, attacks=["pgd"], detection_fpr=0.1)
+    (skip,) = [r for r in plain if r["metric"] == "attack_skipped"]
+    assert skip["attack"] == "pgd_detect_aware" and "no reconstruction decoder" in skip["reason"]
+    assert not [r for r in plain if r["metric"] == "correct_or_detected"]
