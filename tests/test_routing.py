@@ -67,3 +67,17 @@ def test_iteration_hook_is_called_once_per_iteration():
     routing.on_iteration = seen.append
     routing(torch.randn(2, 5, 3, 4))
     assert seen == [0, 1, 2, 3]
+
+
+def test_gradients_through_capsule_votes_equal_autograd_of_reference():
+    """CapsuleVotes hands routing strided votes and gets their gradient back in its own (in, B, out, D) layout."""
+    from capsbench.models.capsules import CapsuleVotes
+
+    torch.manual_seed(0)
+    votes = CapsuleVotes(in_caps=12, in_dim=4, out_caps=5, out_dim=6).double()
+    u = torch.randn(3, 12, 4, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 5, 6, dtype=torch.float64)
+    grads = torch.autograd.grad((DynamicRouting(iterations=3)(votes(u)) * weights).sum(), (u, votes.weight))
+    grads_ref = torch.autograd.grad((reference_routing(votes(u), 3)[0] * weights).sum(), (u, votes.weight))
+    for g, g_ref in zip(grads, grads_ref):
+        assert torch.allclose(g, g_ref, atol=1e-10)
