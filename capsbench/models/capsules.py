@@ -19,6 +19,17 @@ def squash(s: torch.Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> torch.Ten
     return (sq_norm / (1.0 + sq_norm)) * s / torch.sqrt(sq_norm + eps)
 
 
+def squash_backward(s: torch.Tensor, grad_v: torch.Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> torch.Tensor:
+    """The gradient of squash at s, by its closed form (written out so that torch.compile can trace routing's
+    custom backward; equal to autograd's). With q = |s|^2 and v = g(q) s, g(q) = q / ((1 + q) sqrt(q + eps)):
+    ds = g(q) dv + 2 g'(q) (s . dv) s, g'(q) = (1 / (1 + q) - q / (2 (q + eps))) / ((1 + q) sqrt(q + eps))."""
+    sq_norm = (s * s).sum(dim=dim, keepdim=True)
+    scale = 1.0 / ((1.0 + sq_norm) * torch.sqrt(sq_norm + eps))
+    g = sq_norm * scale
+    g_prime = (1.0 / (1.0 + sq_norm) - sq_norm / (2.0 * (sq_norm + eps))) * scale
+    return g * grad_v + (2.0 * g_prime * (s * grad_v).sum(dim=dim, keepdim=True)) * s
+
+
 def capsule_logits(lengths: torch.Tensor, eps: float = LOG_EPS) -> torch.Tensor:
     """Log-normalised capsule lengths, log(l / sum l) with an epsilon: logits for cross-entropy attacks."""
     return torch.log(lengths + eps) - torch.log(lengths.sum(dim=-1, keepdim=True) + eps)

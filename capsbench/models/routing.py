@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from capsbench.models.capsules import squash
+from capsbench.models.capsules import squash, squash_backward
 from capsbench.models.straight_through import is_active as straight_through_active
 
 
@@ -94,10 +94,9 @@ class _RoutingFunction(torch.autograd.Function):
                 right.append(vs[it].reshape(n, 1, dim))
             if ctx.straight_through:  # BPDA: the squash back-propagates as the identity
                 g_s = g_v.reshape(n, 1, dim).to(_fp32(ss[it]).dtype)
-            else:
-                with torch.enable_grad():
-                    s = _fp32(ss[it]).detach().requires_grad_()
-                    (g_s,) = torch.autograd.grad(squash(s.view(batch, out_caps, dim)), s, g_v)  # (B*out, 1, D)
+            else:  # squash's closed-form gradient: no nested autograd.grad, so torch.compile can trace it
+                s = _fp32(ss[it]).view(batch, out_caps, dim)  # (B, out, D)
+                g_s = squash_backward(s, g_v).view(n, 1, dim)  # (B*out, 1, D)
             if it == r - 1 and grad_s_last is not None:  # a loss on the pre-squash capsules themselves
                 g_s = g_s + grad_s_last.reshape(n, 1, dim).to(g_s.dtype)
             g_c = torch.bmm(g_s.reshape(n, 1, dim).to(votes.dtype), votes.transpose(1, 2))  # (B*out, 1, in)
@@ -109,6 +108,9 @@ class _RoutingFunction(torch.autograd.Function):
             right.append(g_s)
         lhs = torch.cat(left, dim=1).transpose(1, 2).to(votes.dtype)  # (B*out, in, K)
         rhs = torch.cat(right, dim=1).to(votes.dtype)  # (B*out, K, D)
+        if torch.compiler.is_compiling():  # dynamo traces no strided out=; inductor picks the layout itself
+            grad = torch.bmm(lhs, rhs).view(batch, out_caps, in_caps, dim).transpose(1, 2)  # (B, in, out, D)
+            return grad, None, None
         grad = votes.new_empty(in_caps, batch, out_caps, dim)  # (in, B, out, D): CapsuleVotes' layout
         torch.bmm(lhs, rhs, out=grad.view(in_caps, n, dim).transpose(0, 1))  # written as (B*out, in, D)
         return grad.transpose(0, 1), None, None  # (B, in, out, D)
