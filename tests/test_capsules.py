@@ -78,3 +78,15 @@ def test_squash_backward_equals_autograd_including_zero():
     grad_v = torch.randn(6, 5, 16, dtype=torch.float64)
     (expected,) = torch.autograd.grad(squash(s), s, grad_v)
     assert torch.allclose(squash_backward(s.detach(), grad_v), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_squash_gradients_match_the_plain_formula_twice_differentiably():
+    s = torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(squash, (s,))
+    assert torch.autograd.gradgradcheck(squash, (s,))
+
+
+def test_squash_runs_bf16_inputs_in_fp32():
+    s = torch.randn(4, 16) * 30
+    assert torch.equal(squash(s.bfloat16()), squash(s.bfloat16().float()))
+    assert squash(s.bfloat16()).dtype == torch.float32
