@@ -43,6 +43,17 @@ def route(
     return v, c, [*saved_c, *saved_s, *saved_v]
 
 
+def _squash_grad(s: torch.Tensor, grad_v: torch.Tensor) -> torch.Tensor:
+    """The gradient through v = squash(s) (B, out, D), by autograd of `squash` itself (whose backward is its closed
+    form); while torch.compile traces, which cannot follow a nested autograd.grad, by that closed form directly."""
+    if torch.compiler.is_compiling():
+        return squash_backward(s, grad_v)
+    with torch.enable_grad():
+        s = s.detach().requires_grad_()
+        (grad_s,) = torch.autograd.grad(squash(s), s, grad_v)
+    return grad_s
+
+
 def vote_rows(u_hat: torch.Tensor) -> torch.Tensor:
     """Votes (B, in, out, D) copied into the layout routing reads: one contiguous (in, D) matrix per (image,
     output capsule). CapsuleVotes' output is strided (rows 1 MiB apart at quick sizes), which made every
@@ -92,9 +103,8 @@ class _RoutingFunction(torch.autograd.Function):
                 right.append(vs[it].reshape(n, 1, dim))
             if ctx.straight_through:  # BPDA: the squash back-propagates as the identity
                 g_s = g_v.reshape(n, 1, dim).to(_fp32(ss[it]).dtype)
-            else:  # squash's closed-form gradient: no nested autograd.grad, so torch.compile can trace it
-                s = _fp32(ss[it]).view(batch, out_caps, dim)  # (B, out, D)
-                g_s = squash_backward(s, g_v).view(n, 1, dim)  # (B*out, 1, D)
+            else:
+                g_s = _squash_grad(_fp32(ss[it]).view(batch, out_caps, dim), g_v).view(n, 1, dim)  # (B*out, 1, D)
             if it == r - 1 and grad_s_last is not None:  # a loss on the pre-squash capsules themselves
                 g_s = g_s + grad_s_last.reshape(n, 1, dim).to(g_s.dtype)
             g_c = torch.bmm(g_s.reshape(n, 1, dim).to(votes.dtype), votes.transpose(1, 2))  # (B*out, 1, in)
