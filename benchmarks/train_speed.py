@@ -10,7 +10,6 @@ Target (not a test): capsbench at least as fast as the reference, and faster wit
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 from collections.abc import Callable
@@ -26,9 +25,8 @@ from capsbench.cost.timing import device_label, time_call
 from capsbench.data import DATASETS
 from capsbench.models import MODELS, Classifier, create_model
 from capsbench.protocols import Batch
-from capsbench.train_step import TrainStep, intra_op_threads, make_optimizer
+from capsbench.train_step import TrainStep, auto_threads, make_optimizer
 
-log = logging.getLogger("train_speed")
 MODELS_TIMED = ("capsnet", "cnn_sabour")
 
 
@@ -179,35 +177,34 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time capsbench with train.compile=true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--budget", default="quick", help="whose model sizes and batch size to use")
-    parser.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: train.threads' auto)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU intra-op threads (default: as capsbench runs with threads=null, torch's default capped "
+                             "by the CPUs this process may use)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     rounds, per_round = (3, 2) if args.quick else (9, 3)
     cfg = compose([f"budget={args.budget}"], require_suite=False)
     ratios, compiled = {}, {}
-    with intra_op_threads(args.threads if args.device == "cpu" else None) as threads:
-        log.info("device: %s (OMP_WAIT_POLICY=%s); torch %s; batch %d; %s budget sizes; %d rounds x %d steps, alternating",
-                 device_label(args.device), os.environ.get("OMP_WAIT_POLICY", "unset"), torch.__version__,
-                 cfg.train.batch_size, args.budget, rounds, per_round)
-        for name in MODELS_TIMED:
-            model_args = quick_args(name, args.budget)
-            log.info("%-10s |capsbench loss - reference loss| at identical weights: %.1e", name,
-                     loss_gap(name, model_args, args.device))
-            steps = steps_for(name, model_args, cfg.train.batch_size, cfg.train.lr, args.device, args.compile)
-            seconds = interleaved_seconds(steps, args.device, warmup=2, rounds=rounds, per_round=per_round)
-            for label, s in seconds.items():
-                log.info("%-10s %-18s %8.1f images/s  (%.1f ms/step)", name, label, cfg.train.batch_size / s, 1e3 * s)
-            ratios[name] = seconds["reference"] / seconds["capsbench"]
-            if args.compile:
-                compiled[name] = seconds["reference"] / seconds["capsbench+compile"]
-    log.info("threads: %d; the machine may be shared: compare ratios, not absolute numbers", threads)
-    log.info("target capsbench >= reference: %s", "met" if min(ratios.values()) >= 1.0 else "NOT met")
+    threads = args.threads or auto_threads()
+    torch.set_num_threads(threads)
+    print(f"device: {device_label(args.device)} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
+          f"torch {torch.__version__}; batch {cfg.train.batch_size}; {args.budget} budget sizes; "
+          f"{rounds} rounds x {per_round} steps, alternating")
+    for name in MODELS_TIMED:
+        model_args = quick_args(name, args.budget)
+        print(f"{name:10s} |capsbench loss - reference loss| at identical weights: {loss_gap(name, model_args, args.device):.1e}")
+        steps = steps_for(name, model_args, cfg.train.batch_size, cfg.train.lr, args.device, args.compile)
+        seconds = interleaved_seconds(steps, args.device, warmup=2, rounds=rounds, per_round=per_round)
+        for label, s in seconds.items():
+            print(f"{name:10s} {label:18s} {cfg.train.batch_size / s:8.1f} images/s  ({1e3 * s:.1f} ms/step)")
+        ratios[name] = seconds["reference"] / seconds["capsbench"]
+        if args.compile:
+            compiled[name] = seconds["reference"] / seconds["capsbench+compile"]
+    print("the machine may be shared with other jobs: compare the interleaved ratios, not absolute numbers")
+    print(f"target capsbench >= reference: {'met' if min(ratios.values()) >= 1.0 else 'NOT met'}")
     if compiled:
-        log.info("compiled ratio %s; target faster with compile: %s",
-                 " ".join(f"{k}={v:.2f}" for k, v in compiled.items()),
-                 "met" if all(compiled[k] > 1.0 for k in compiled) else "NOT met")
-    log.info("train_speed ratio %s", " ".join(f"{k}={v:.2f}" for k, v in ratios.items()))
-
+        print(f"compiled ratio {' '.join(f'{k}={v:.2f}' for k, v in compiled.items())}; target faster with compile: "
+              f"{'met' if all(compiled[k] > 1.0 for k in compiled) else 'NOT met'}")
+    print(f"train_speed ratio {' '.join(f'{k}={v:.2f}' for k, v in ratios.items())}")
 
 if __name__ == "__main__":
     main()
