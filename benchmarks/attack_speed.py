@@ -79,7 +79,8 @@ def plain_pgd(model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids
         if len(todo) == 0:
             break
         x0, y = images[todo], labels[todo]
-        noise = start_noise(ids[todo.cpu()], tuple(images.shape[1:]), seed=seed, stream=f"{loss_name}/0", device=images.device)
+        noise = start_noise(ids[todo.cpu()], tuple(images.shape[1:]), seed=seed, stream=f"{loss_name}/0",
+                            device=images.device)  # capsbench's per-image starts: the same points as its PGD
         x = torch.min(torch.max(x0 + eps * noise, x0 - eps), x0 + eps).clamp(0.0, 1.0)
         hit = torch.zeros(len(todo), dtype=torch.bool, device=images.device)
         for t in range(STEPS + 1):
@@ -149,7 +150,8 @@ def main() -> None:
     images, labels, ids = test_x[correct], test_y[correct], correct.cpu()
     accuracy = len(correct) / (int(correct[-1]) + 1)
     print(f"device: {device_label(args.device)} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
-          f"torch {torch.__version__}; MNIST loaded in {loaded:.0f} s; {origin}; clean accuracy {100 * accuracy:.1f} % on the first test images")
+          f"torch {torch.__version__}; MNIST loaded in {loaded:.0f} s; {origin}; "
+          f"clean accuracy {100 * accuracy:.1f} % on the first test images")
     print(f"PGD-{STEPS} at eps {EPS} on {n_images} correctly classified test images; {rounds} round(s), the three "
           "runs alternating in each, first in turn")
 
@@ -181,7 +183,8 @@ def main() -> None:
         print(f"{name:26s} {ips:8.1f} images/s  ({statistics.median(seconds[name]):.1f} s wall, "
               f"{statistics.median(cpu[name]):.1f} CPU s, median of {rounds})  ratio {ips / reference:.2f}  "
               f"broken {int(broken[name].sum())}/{n_images}")
-    agree = (broken["capsbench early_exit=on"] == broken["plain loop"]) & (broken["capsbench early_exit=off"] == broken["plain loop"])
+    plain = broken["plain loop"]
+    agree = (broken["capsbench early_exit=on"] == plain) & (broken["capsbench early_exit=off"] == plain)
     print(f"the three agree on {int(agree.sum())}/{n_images} images (a disagreement is a float tie at some iterate)")
     print("the machine may be shared with other jobs: compare the interleaved ratios, not absolute numbers")
     fast = speed["capsbench early_exit=on"]
