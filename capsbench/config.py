@@ -44,6 +44,8 @@ class TrainConfig:
     lr_decay: float = 0.96  # exponential decay factor applied after every epoch
     eval_batch_size: int = 500
     target_val_accuracy: float | None = None  # %: stop after the first epoch whose validation accuracy reaches it
+    compile: bool = False  # torch.compile the forward + loss (changes rounding: part of the checkpoint key)
+    precision: str = "fp32"  # or bf16: autocast on CUDA only, softmax and squash kept fp32 (part of the checkpoint key)
 
 
 @dataclass
@@ -70,7 +72,7 @@ class RunConfig:
     # per model name: constructor overrides, and train overrides (its paper's lr, ...)
     model_args: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
     model_train: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
-    threads: int | None = None  # torch intra-op threads per unit; None: torch's default (the physical cores)
+    threads: int | None = None  # torch intra-op threads per unit; None: torch's default capped by the CPUs allowed
     remeasure: bool = False  # measure every unit again, even those a previous run of the same command finished
     launcher: str = "local"  # local (in this process), ray, or slurm (submitit)
     ray: RaySettings = field(default_factory=RaySettings)
@@ -199,7 +201,7 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
     Every check runs without torch; with resolve_device, device=auto is then resolved and device=cuda checked,
     which imports torch. `show-config` leaves device=auto as it is.
     """
-    from capsbench.config_checks import validate
+    from capsbench.config_checks import check_train_precision, validate
     from capsbench.suites import CATALOG
 
     raw = parse_overrides(overrides)
@@ -231,6 +233,9 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
         raise CapsbenchError(f"bad value: {_describe(exc)}") from None
     if resolve_device:
         _resolve_device(cfg)
+        check_train_precision(cfg.train, cfg.device)  # bf16 with device=auto, now that auto became cuda or cpu
+        for name in cfg.model_train:
+            check_train_precision(for_model(cfg, name).train, cfg.device, f"model_train.{name}")
     return cfg
 
 

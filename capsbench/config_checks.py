@@ -1,5 +1,5 @@
 """Checks on a composed run config, all without torch: known names, numeric ranges of the train and data settings
-(per model too), and a data.root that exists. Each failure is one CapsbenchError naming the valid choices or range."""
+(per model too), the training precision, and a data.root that exists. Each failure is one CapsbenchError naming the valid choices or range."""
 
 from __future__ import annotations
 
@@ -98,16 +98,31 @@ def validate(cfg: DictConfig, *, explicit_root: str | None) -> None:
     for name, args in cfg.model_args.items():
         check_model_arguments(name, dict(args or {}))
     check_ranges(cfg.train, TRAIN_RULES, "train")
+    check_train_precision(cfg.train, cfg.device, "train")
     for name in cfg.model_train:
         MODELS.get(name)
         check_ranges(for_model(cfg, name).train, {k: TRAIN_RULES[k] for k in (cfg.model_train[name] or {}) if k in TRAIN_RULES},
                      f"model_train.{name}")
+        check_train_precision(for_model(cfg, name).train, cfg.device, f"model_train.{name}")
     check_ranges(cfg.data, DATA_RULES, "data")
     DATASETS.get(cfg.dataset)
     if not (cfg.device in ("auto", "cpu", "mps") or cfg.device == "cuda" or _cuda_index(cfg.device)):
         raise CapsbenchError(f"device must be one of {DEVICES}, got {cfg.device!r}")
     check_data_root(cfg.data.root, explicit=explicit_root, download=cfg.data.download)
     check_launch(cfg)
+
+
+def check_train_precision(train: DictConfig, device: str, where: str = "train") -> None:
+    """train.precision is fp32, or bf16 on CUDA (device=auto passes here; compose checks again once it is resolved)."""
+    from capsbench.cost.precision import check_precision
+
+    try:
+        check_precision(train.precision)
+    except CapsbenchError as exc:
+        raise CapsbenchError(f"{where}.precision: {exc}") from None
+    if train.precision == "bf16" and not (device == "auto" or str(device).startswith("cuda")):
+        raise CapsbenchError(f"{where}.precision=bf16 trains under bf16 autocast on CUDA only, but device={device}; "
+                             f"use {where}.precision=fp32 here, or device=cuda")
 
 
 def check_launch(cfg: DictConfig) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from capsbench.data import DATASETS, DatasetSpec, Splits, random_shift
+from capsbench.data.augment import random_integers
 from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
 from capsbench.evaluation import accuracy
 from capsbench.models import Classifier
@@ -35,6 +36,7 @@ class TrainingProtocol:
     """Sabour et al.'s MNIST protocol: random translations of up to `max_shift` pixels, single labels."""
 
     name = "shift"
+    augments_on_device = True  # train_batch accepts a generator on the images' device (CUDA: no host round trip)
 
     def __init__(self, *, max_shift: int = 2) -> None:
         self.max_shift = max_shift
@@ -111,7 +113,7 @@ class RandomCropProtocol(TrainingProtocol):
         return images.permute(0, 2, 3, 1)[batch, rows, cols].permute(0, 3, 1, 2)  # (B, C, size, size)
 
     def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
-        top, left = torch.randint(0, images.shape[-1] - self.size + 1, (2, len(images)), generator=gen)
+        top, left = random_integers(0, images.shape[-1] - self.size + 1, (2, len(images)), gen, images.device)
         return Batch(self._crop(images, top, left), labels)
 
     def eval_inputs(self, images: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from capsbench.models import MODELS, Classifier, create_model
 from capsbench.progress import is_quiet
 from capsbench.protocols import TrainingProtocol, dataset_protocol
 from capsbench.source_hash import source_identity, training_roots
+from capsbench.train_step import TrainStep, check_train_settings, make_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,10 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
     }
     if t.target_val_accuracy is not None:  # only when set, so checkpoints trained without it keep their keys
         identity["train"]["target_val_accuracy"] = t.target_val_accuracy
+    if t.compile:  # compile and bf16 change rounding; only when on, so fp32 eager checkpoints keep their keys
+        identity["train"]["compile"] = True
+    if t.precision != "fp32":
+        identity["train"]["precision"] = t.precision
     return identity
 
 
@@ -123,10 +130,13 @@ def fit(
     reaches it (models compared at matched validation accuracy, as in Sabour et al.'s affNIST experiment).
 
     Every epoch reseeds from (seed, epoch), so a run resumed from its last finished epoch computes
-    the same weights as an uninterrupted one.
+    the same weights as an uninterrupted one. The training and validation splits are moved to the device
+    once; batches are cut, converted and augmented there (with a generator on the device when the
+    protocol allows it). train.compile and train.precision: see capsbench.train_step.
     """
     t, device = cfg.train, cfg.device
-    opt = torch.optim.Adam(model.parameters(), lr=t.lr)
+    check_train_settings(t, device)
+    opt = make_optimizer(model.parameters(), lr=t.lr, device=device)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=t.lr_decay)
     history: list[dict[str, float]] = []
     best_acc, best_epoch, best_state, first, reached = -1.0, -1, None, 0, False
@@ -137,13 +147,22 @@ def fit(
         history, best_acc, best_epoch = resume["history"], resume["best_val_accuracy"], resume["best_epoch"]
         best_state, first = resume["best_state"], resume["epoch"] + 1
     started = time.perf_counter()
+    on_device = dataclasses.replace(  # once per run: batches are then cut on the device, no copy per batch
+        splits, train_x=splits.train_x.to(device), train_y=splits.train_y.to(device),
+        val_x=splits.val_x.to(device), val_y=splits.val_y.to(device),
+    )
+    gen_device = device if protocol.augments_on_device else "cpu"
+    step = TrainStep(model, opt, device=device, compile_model=t.compile, precision=t.precision)
+    threads = torch.get_num_threads()  # set per unit (threads=N, else capsbench.train_step.auto_threads)
+    log.info("%s: training on %s with %d intra-op threads (OMP_WAIT_POLICY=%s), %s, %s", desc, device, threads,
+             os.environ.get("OMP_WAIT_POLICY", "unset"), t.precision, "compiled" if t.compile else "eager")
     for epoch in range(first, t.epochs):
         epoch_seed = seed * 100_003 + epoch
         torch.manual_seed(epoch_seed)  # dropout and any other global-RNG use
-        gen = torch.Generator().manual_seed(epoch_seed)
-        train_loss, train_acc = _train_epoch(model, splits, cfg, protocol, opt, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
+        gen = torch.Generator(device=gen_device).manual_seed(epoch_seed)
+        train_loss, train_acc = _train_epoch(step, on_device, cfg, protocol, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
         sched.step()
-        val_acc = protocol.validation_score(model, splits, batch_size=t.eval_batch_size, device=device)
+        val_acc = protocol.validation_score(model, on_device, batch_size=t.eval_batch_size, device=device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc})
         log.info("%s epoch %d: loss %.4f train acc %.4f val acc %.4f", desc, epoch + 1, train_loss, train_acc, val_acc)
         if val_acc > best_acc:
@@ -164,15 +183,16 @@ def fit(
         model.load_state_dict(best_state)
     return {
         "history": copy.deepcopy(history), "best_epoch": best_epoch, "best_val_accuracy": best_acc,
-        "reached_target": reached,
+        "reached_target": reached, "threads": threads,  # CPU summation order depends on it: recorded, not keyed
     }
 
 
 POSTFIX_EVERY = 25  # batches between progress-bar updates: each update syncs a GPU with the host
 
 
-def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[float, float]:
-    model.train()
+def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtocol, gen: torch.Generator, *,
+                 desc: str) -> tuple[float, float]:
+    step.model.train()
     total_loss = torch.zeros((), device=cfg.device)  # running sums stay on the device: no sync per batch
     correct = torch.zeros((), device=cfg.device, dtype=torch.long)
     seen = 0
@@ -181,24 +201,18 @@ def _train_epoch(model, splits, cfg, protocol, opt, gen, *, desc: str) -> tuple[
         batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
         total=n_batches, desc=desc, leave=False, disable=True if is_quiet() else None,  # None: bar on a TTY only
     )
-    for step, (images, labels) in enumerate(bar):
+    for i, (images, labels) in enumerate(bar):
         batch = protocol.train_batch(images, labels, gen)
-        parts = {} if batch.components is None else {
-            "components": batch.components, "component_labels": batch.component_labels,
-        }
-        out = model(batch.inputs, batch.targets)
-        loss = model.loss(out, batch.targets, batch.inputs, **parts)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        out, loss = step(batch)
         total_loss += loss.detach() * len(labels)
+        scores = out.scores.detach()
         if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
-            correct += (out.scores.argmax(dim=1) == batch.targets).sum()
+            correct += (scores.argmax(dim=1) == batch.targets).sum()
         else:  # multi-hot: a row is right when its k highest scores are exactly its k targets
-            ranks = out.scores.detach().argsort(dim=1, descending=True).argsort(dim=1)  # (B, C): 0 = highest
+            ranks = scores.argsort(dim=1, descending=True).argsort(dim=1)  # (B, C): 0 = highest
             predicted = ranks < batch.targets.sum(dim=1, keepdim=True)
             correct += (predicted == batch.targets.bool()).all(dim=1).sum()
         seen += len(labels)
-        if bar.disable is False and step % POSTFIX_EVERY == 0:
+        if bar.disable is False and i % POSTFIX_EVERY == 0:
             bar.set_postfix(loss=f"{total_loss.item() / seen:.4f}", acc=f"{correct.item() / seen:.4f}")
     return total_loss.item() / seen, correct.item() / seen

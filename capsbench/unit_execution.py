@@ -18,6 +18,7 @@ from capsbench.data import Splits, load_splits
 from capsbench.models import create_model
 from capsbench.plots import save_figure
 from capsbench.suites import SUITES, Context, Suite
+from capsbench.train_step import auto_threads
 from capsbench.training import model_config, obtain_model
 from capsbench.units import UnitResult, UnitSpec
 
@@ -28,8 +29,7 @@ def execute(spec: UnitSpec) -> UnitResult:
     """Train or reuse, then measure one unit. Exceptions propagate: launchers decide about retries and failures."""
     start = time.perf_counter()
     cfg = spec.run_config()
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(cfg.threads if cfg.threads is not None else auto_threads())
     torch.set_float32_matmul_precision("highest")  # TF32 off: numbers must not depend on the GPU generation
     suite = SUITES.get(spec.suite)()
     splits = load_data(cfg.dataset, cfg.data)
@@ -96,7 +96,9 @@ def _model(suite: Suite, cfg: DictConfig, spec: UnitSpec, splits: Splits, protoc
     args = trained.meta["identity"]["model_args"]
     result.params = {
         "checkpoint.key": trained.key, "checkpoint.path": str(trained.path), "checkpoint.cached": trained.cached,
-        "checkpoint.best_epoch": trained.meta["best_epoch"], **{f"model_args.{k}": v for k, v in args.items()},
+        "checkpoint.best_epoch": trained.meta["best_epoch"],
+        "checkpoint.train_threads": trained.meta.get("threads"),  # None: trained before it was recorded
+        **{f"model_args.{k}": v for k, v in args.items()},
     }
     result.metrics = {"best_val_accuracy": val}
     result.curves = [dict(h) for h in trained.meta["history"]]

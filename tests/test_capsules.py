@@ -66,3 +66,27 @@ def test_decoder_masks_all_but_one_class():
     changed[:, 1:] = torch.randn(2, 2, 2)  # only non-selected classes change
     mask = torch.tensor([0, 0])
     assert torch.allclose(dec(poses, mask), dec(changed, mask))
+
+
+def test_squash_backward_equals_autograd_including_zero():
+    from capsbench.models.capsules import squash_backward
+
+    torch.manual_seed(0)
+    s = torch.randn(6, 5, 16, dtype=torch.float64) * torch.logspace(-5, 2, 5, dtype=torch.float64).view(1, 5, 1)
+    s[0, 0] = 0.0
+    s.requires_grad_()
+    grad_v = torch.randn(6, 5, 16, dtype=torch.float64)
+    (expected,) = torch.autograd.grad(squash(s), s, grad_v)
+    assert torch.allclose(squash_backward(s.detach(), grad_v), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_squash_gradients_match_the_plain_formula_twice_differentiably():
+    s = torch.randn(3, 7, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(squash, (s,))
+    assert torch.autograd.gradgradcheck(squash, (s,))
+
+
+def test_squash_runs_bf16_inputs_in_fp32():
+    s = torch.randn(4, 16) * 30
+    assert torch.equal(squash(s.bfloat16()), squash(s.bfloat16().float()))
+    assert squash(s.bfloat16()).dtype == torch.float32

@@ -61,6 +61,7 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
         assert child.info.status == "FINISHED"
         assert 50.0 < child.data.metrics["test_accuracy"] <= 100.0
         assert child.data.params["checkpoint.cached"] == "False"
+        assert int(child.data.params["checkpoint.train_threads"]) >= 1
 
     # Second invocation: every unit is reused as measured; with remeasure=true every checkpoint comes from the cache.
     def newest_children():

@@ -9,6 +9,8 @@ import math
 import torch
 from torch.nn import functional as F
 
+from capsbench.data.augment import random_integers
+
 
 def _margin(images: torch.Tensor, size: int) -> int:
     h, w = images.shape[-2:]
@@ -32,7 +34,7 @@ def random_place_on_canvas(images: torch.Tensor, size: int, generator: torch.Gen
     """
     margin = _margin(images, size)
     b, c, h, w = images.shape
-    offsets = torch.randint(0, margin + 1, (2, b, 1, 1), generator=generator).to(images.device)
+    offsets = random_integers(0, margin + 1, (2, b, 1, 1), generator, images.device)
     canvas_rows = torch.arange(size, device=images.device).view(1, size, 1) - offsets[0]  # (B, size, 1) row in the image
     canvas_cols = torch.arange(size, device=images.device).view(1, 1, size) - offsets[1]  # (B, 1, size)
     inside = (canvas_rows >= 0) & (canvas_rows < h) & (canvas_cols >= 0) & (canvas_cols < w)  # (B, size, size)

@@ -1,4 +1,4 @@
-"""Minibatches from in-memory uint8 tensors, converted to float [0, 1] on the target device."""
+"""Minibatches from in-memory uint8 tensors (host memory, or already on the device), as float [0, 1] on the device."""
 
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ def batches(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield (images float (B, C, H, W) in [0, 1], labels) batches; shuffled when a generator is given."""
     n = len(x)
-    order = torch.randperm(n, generator=shuffle_generator) if shuffle_generator is not None else torch.arange(n)
+    if shuffle_generator is None:
+        order = torch.arange(n, device=x.device)
+    else:  # drawn where the generator lives: a CUDA generator and split on the GPU need no host round trip
+        order = torch.randperm(n, generator=shuffle_generator, device=shuffle_generator.device).to(x.device)
     for start in range(0, n, batch_size):
         idx = order[start : start + batch_size]
         yield as_images(x[idx], device), y[idx].to(device, non_blocking=True)

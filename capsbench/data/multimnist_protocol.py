@@ -52,6 +52,7 @@ class MultiMNISTProtocol(TrainingProtocol):
     """
 
     name = "multimnist"
+    augments_on_device = False  # partners are drawn per class on the host (draw_partners): a CPU generator
 
     def __init__(
         self,

