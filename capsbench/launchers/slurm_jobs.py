@@ -48,7 +48,7 @@ class SlurmLauncher:
     def __init__(self, cfg: DictConfig) -> None:
         s = self.settings = cfg.slurm
         self.folder = Path(s.folder or Path(cfg.output_dir) / "slurm")
-        self.executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=s.cluster)
+        self.executor = submitit.AutoExecutor(folder=self.folder, cluster=s.cluster)
         self.executor.update_parameters(
             name="capsbench", timeout_min=s.time, gpus_per_node=s.gpus_per_unit, cpus_per_task=s.cpus_per_unit,
             slurm_partition=s.partition, slurm_array_parallelism=s.array_parallelism)
