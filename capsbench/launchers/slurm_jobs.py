@@ -27,15 +27,17 @@ POLL_SECONDS = 1.0  # between looks at the jobs; submitit throttles its own sacc
 
 @dataclass
 class Work:
-    """One job to run: "train" the checkpoint of `units`, or "measure" its one unit; `tries` so far."""
+    """One job to run: "train" the checkpoint of `units`, or "measure" its one unit (`trained`: after its group's
+    training job); `tries` so far."""
 
     kind: str
     units: list[UnitSpec]
+    trained: bool = False
     tries: int = 0
 
     @property
     def spec(self) -> UnitSpec:
-        return self.units[0] if self.kind == "train" else remote.after_training(self.units[0])
+        return remote.after_training(self.units[0]) if self.trained else self.units[0]
 
 
 class SlurmLauncher:
@@ -94,7 +96,7 @@ class SlurmLauncher:
             elif remote.FATAL in answer:
                 remote.unpack(work.units[0], answer)  # raises the CapsbenchError
             else:
-                queue.extend(Work("measure", [unit]) for unit in work.units)
+                queue.extend(Work("measure", [unit], trained=True) for unit in work.units)
             return
         reason = _last_line(exc)
         if work.tries <= self.settings.max_retries:
@@ -109,6 +111,9 @@ class SlurmLauncher:
 
 
 def _last_line(exc: BaseException) -> str:
-    """The exception a job's traceback ends with (submitit hands back the whole trace as text)."""
+    """The exception a job's traceback ends with: submitit hands back the trace as text between two dashed lines,
+    followed by the log paths."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
+    rules = [i for i, line in enumerate(lines) if set(line) == {"-"}]
+    trace = lines[rules[0] + 1:rules[1]] if len(rules) >= 2 else lines
+    return trace[-1] if trace else type(exc).__name__
