@@ -142,6 +142,9 @@ def check_launch(cfg: DictConfig) -> None:
                              "array_parallelism": _at_least(1), "max_retries": _at_least(0)}, "slurm")
     if cfg.slurm.cluster not in ("slurm", "local"):
         raise CapsbenchError(f"slurm.cluster must be slurm or local (local processes, for tests), got {cfg.slurm.cluster!r}")
+    from capsbench.launchers import require_extra
+
+    require_extra(cfg.launcher)  # before anything is written, not after the MLflow runs have started
 
 
 def _cuda_index(device: str) -> bool:

@@ -28,9 +28,7 @@ log = logging.getLogger(__name__)
 def execute(spec: UnitSpec) -> UnitResult:
     """Train or reuse, then measure one unit. Exceptions propagate: launchers decide about retries and failures."""
     start = time.perf_counter()
-    cfg = spec.run_config()
-    torch.set_num_threads(cfg.threads if cfg.threads is not None else auto_threads())
-    torch.set_float32_matmul_precision("highest")  # TF32 off: numbers must not depend on the GPU generation
+    cfg = _process_settings(spec)
     suite = SUITES.get(spec.suite)()
     splits = load_data(cfg.dataset, cfg.data)
     protocol = suite.protocol(cfg)
@@ -51,6 +49,44 @@ def execute(spec: UnitSpec) -> UnitResult:
                       for p in save_figure(fig, figures / f"{name}-{spec.model}{suffix}-s{spec.seed}")]
     result.seconds = time.perf_counter() - start
     return result
+
+
+def train_only(spec: UnitSpec) -> str | None:
+    """Train (or find in the cache) the checkpoint the unit would measure, so that every unit sharing it finds it there;
+    its cache key, or None for a suite that trains nothing. Launchers run it once per training_group."""
+    cfg = _process_settings(spec)
+    suite = SUITES.get(spec.suite)()
+    if not suite.needs_training:
+        return None
+    splits = load_data(cfg.dataset, cfg.data)
+    return obtain_model(cfg, spec.model, spec.seed, splits, suite.protocol(cfg)).key
+
+
+def training_group(spec: UnitSpec) -> str | None:
+    """Which checkpoint the unit trains or reuses, told without loading data: units with the same group need the same
+    checkpoint (model and its arguments, seed, dataset and training subsets, train settings, training protocol, cache).
+    None for a suite that trains nothing. It mirrors training.training_identity; the code and versions are this one."""
+    suite = SUITES.get(spec.suite)()
+    if not suite.needs_training:
+        return None
+    cfg = spec.run_config()
+    d, t = cfg.data, cfg.train
+    group = {
+        "model": spec.model, "seed": spec.seed, "dataset": cfg.dataset, "cache_dir": cfg.cache_dir,
+        "model_args": OmegaConf.to_container(cfg.model_args)[spec.model],
+        "data": {k: d[k] for k in ("val_size", "train_subset", "val_subset")},
+        "train": {k: t[k] for k in ("epochs", "batch_size", "lr", "lr_decay", "target_val_accuracy")},
+        "protocol": suite.protocol(cfg).identity(),
+    }
+    return json.dumps(group, sort_keys=True, default=str)
+
+
+def _process_settings(spec: UnitSpec) -> DictConfig:
+    """The unit's config, with torch's thread count and matmul precision set for this process."""
+    cfg = spec.run_config()
+    torch.set_num_threads(cfg.threads if cfg.threads is not None else auto_threads())
+    torch.set_float32_matmul_precision("highest")  # TF32 off: numbers must not depend on the GPU generation
+    return cfg
 
 
 def load_data(dataset: str, data: DictConfig) -> Splits:

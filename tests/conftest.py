@@ -73,7 +73,7 @@ def tracked_store(tmp_path_factory):
     return uri, out, records
 
 
-HEAVY = ("torch", "torchvision", "torchattacks", "mlflow", "pandas", "matplotlib", "scipy", "fvcore")
+HEAVY = ("torch", "torchvision", "torchattacks", "mlflow", "pandas", "matplotlib", "scipy", "fvcore", "ray", "submitit")
 MARKER = "CAPSBENCH_PROBE="
 PROBE = f"""
 import json, sys

@@ -20,17 +20,22 @@ class Launcher(Protocol):
         """Execute every unit; yield each result (failed ones with status "failed") as soon as it is there."""
 
 
-def make_launcher(cfg: DictConfig) -> Launcher:
-    """The launcher the config names; a missing optional dependency is a one-line error naming the extra."""
+def require_extra(launcher: str) -> None:
+    """A launcher whose optional dependency is not installed is a one-line error naming the extra (no import)."""
     import importlib.util
 
+    if launcher in EXTRAS:
+        module, extra = EXTRAS[launcher]
+        if importlib.util.find_spec(module) is None:
+            raise CapsbenchError(f"launcher={launcher} needs the '{extra}' extra: pip install 'capsbench[{extra}]' "
+                                 f"(or `uv sync --extra {extra}` in a checkout)")
+
+
+def make_launcher(cfg: DictConfig) -> Launcher:
+    """The launcher the config names; a missing optional dependency is a one-line error naming the extra."""
     if cfg.launcher not in LAUNCHERS:
         raise CapsbenchError(f"unknown launcher {cfg.launcher!r}: valid: {', '.join(LAUNCHERS)}")
-    if cfg.launcher in EXTRAS:
-        module, extra = EXTRAS[cfg.launcher]
-        if importlib.util.find_spec(module) is None:
-            raise CapsbenchError(f"launcher={cfg.launcher} needs the '{extra}' extra: pip install 'capsbench[{extra}]' "
-                                 f"(or `uv sync --extra {extra}` in a checkout)")
+    require_extra(cfg.launcher)
     if cfg.launcher == "ray":
         from capsbench.launchers.ray_tasks import RayLauncher
 

@@ -1,0 +1,187 @@
+"""The Ray and SLURM (submitit) launchers: units grouped by the checkpoint they share, workers' answers read by the
+driver, a missing extra refused before anything runs, and on real MNIST the same records as the local launcher with a
+worker killed mid-unit (Ray retries it) and a unit that fails in its worker on every try (missing, the rest kept)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from capsbench import runner
+from capsbench.config import compose, compose_suites
+from capsbench.errors import CapsbenchError
+from capsbench.launchers import remote
+from capsbench.units import UnitResult, plan
+from conftest import MNIST_ROOT
+
+SMOKE = ["budget=smoke", "device=cpu", "threads=1"]
+GRID = ["suite=[accuracy,robustness]", *SMOKE, "train.epochs=2", "models=[cnn_9x9,cnn_sabour]", "seeds=[0,1]",
+        "data.train_subset=500", "data.val_subset=200", "data.test_subset=200", f"data.root={MNIST_ROOT}",
+        "data.download=false"]
+TIMING = {"attack_throughput"}  # images per second: the machine's load, not the launcher
+
+
+def rows(out: Path, suite: str, *, without: tuple[str, int] | None = None, seeds: tuple[int, ...] = (0, 1)) -> list[dict]:
+    """The suite's records but timings, without one (model, seed)."""
+    records = [json.loads(line) for line in (out / suite / "records.jsonl").read_text().splitlines()]
+    return [r for r in records if r["metric"] not in TIMING and (r["model"], r["seed"]) != without and r["seed"] in seeds]
+
+
+def block_figure(out: Path, seed: int) -> None:
+    """The injected failure: a directory where robustness/cnn_sabour-s<seed> writes its figure, so that unit raises
+    IsADirectoryError in its worker on every try; it goes through the filesystem the workers share, no test hook."""
+    blocked = out / "robustness" / "figures" / f"adversarial_examples-cnn_sabour-s{seed}.png"
+    blocked.mkdir(parents=True)
+    (blocked / "keep").write_text("a directory where the unit's figure goes")
+
+
+def test_units_sharing_a_checkpoint_are_grouped_across_suites(tmp_path):
+    cfgs = compose_suites([*GRID[:-2], f"output_dir={tmp_path}", "tracking.enabled=false"])
+    units = [u for cfg in cfgs for u in plan(cfg)]
+    groups = remote.groups(units)
+    assert sorted((g[0].model, g[0].seed, [u.suite for u in g]) for g in groups) == [
+        (m, s, ["accuracy", "robustness"]) for m in ("cnn_9x9", "cnn_sabour") for s in (0, 1)]
+    shorter = plan(compose(["suite=accuracy", *SMOKE, "train.epochs=2", f"output_dir={tmp_path}"]))
+    affine = plan(compose(["suite=affine", *SMOKE, f"output_dir={tmp_path}"]))
+    efficiency = plan(compose(["suite=efficiency", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]"]))
+    accuracy = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}"]))
+    mixed = remote.groups([accuracy[0], shorter[0], affine[0], efficiency[0]])
+    assert [len(g) for g in mixed] == [1, 1, 1, 1]  # other epochs, another training protocol, nothing to train
+
+
+def test_worker_answers_are_read_by_the_driver(tmp_path):
+    (unit,) = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]"]))
+    answer = UnitResult(key=unit.key, spec=unit, status="done", records=[{"metric": "m", "value": 1.0}]).to_dict()
+    assert remote.unpack(unit, answer).records == [{"metric": "m", "value": 1.0}]
+    with pytest.raises(CapsbenchError, match="data.root .* does not exist"):
+        remote.unpack(unit, {"fatal": "data.root /x does not exist (on host n1)"})
+    with pytest.raises(CapsbenchError, match="another capsbench version or code"):
+        remote.unpack(unit, {**answer, "key": "0" * 20})
+    assert remote.measure_entry(unit.to_dict(), {"fatal": "no data"}) == {"fatal": "no data"}  # training failed so
+
+
+def test_retrain_is_honoured_once_per_checkpoint(tmp_path):
+    """With retrain=true a group's training task retrains; its units then load that checkpoint, while a unit that
+    trains its own checkpoint still retrains it. Neither changes the unit's key."""
+    slurm_jobs = pytest.importorskip("capsbench.launchers.slurm_jobs")
+    (unit,) = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]", "retrain=true"]))
+    assert remote.after_training(unit).config["retrain"] is False and remote.after_training(unit).key == unit.key
+    assert slurm_jobs.Work("measure", [unit]).spec.config["retrain"] is True
+    assert slurm_jobs.Work("measure", [unit], trained=True).spec.config["retrain"] is False
+
+
+@pytest.mark.parametrize("launcher, extra", [("ray", "ray"), ("slurm", "slurm")])
+def test_a_launcher_without_its_extra_is_refused_naming_it(tmp_path, monkeypatch, launcher, extra):
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from capsbench.cli import app
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("ray", "submitit") else real(name, *a))
+    result = CliRunner().invoke(app, ["run", "suite=accuracy", *SMOKE, f"output_dir={tmp_path}", f"launcher={launcher}"])
+    assert result.exit_code == 2
+    assert f"needs the '{extra}' extra: pip install 'capsbench[{extra}]'" in result.output
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+@pytest.fixture(scope="module")
+def local_grid(tmp_path_factory):
+    """The smoke grid run by the local launcher: the reference every other launcher must reproduce."""
+    if not (MNIST_ROOT / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists():
+        pytest.skip(f"real MNIST not found under {MNIST_ROOT} (set CAPSBENCH_DATA)")
+    out = tmp_path_factory.mktemp("local")
+    runner.run_suites(compose_suites([*GRID, f"output_dir={out}", "tracking.enabled=false"]))
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [p for p, pp in parent.items() if pp in frontier]
+        found += frontier
+    return found
+
+
+def _kill_first_unit_worker(driver: subprocess.Popen, killed: list[int]) -> None:
+    """SIGKILL the first Ray worker of this driver seen running a unit (its process title names the task)."""
+    while driver.poll() is None and not killed:
+        for pid in _descendants(driver.pid):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if title.startswith("ray::capsbench.unit"):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds Ray's workers through /proc")
+def test_ray_grid_equals_local_despite_a_killed_worker_and_reports_a_failing_unit(tmp_path, local_grid):
+    pytest.importorskip("ray")
+    out = tmp_path / "ray"
+    block_figure(out, seed=1)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    driver = subprocess.Popen([sys.executable, "-m", "capsbench.cli", "run", *GRID, f"output_dir={out}", "launcher=ray",
+                               "ray.num_cpus=2", "ray.max_retries=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_first_unit_worker, args=(driver, killed))
+    killer.start()
+    stdout, stderr = driver.communicate(timeout=900)
+    killer.join()
+    assert driver.returncode == 0, stderr[-3000:]
+    assert len(killed) == 1  # a worker died mid-unit; Ray ran its unit again, so nothing else is missing
+    assert rows(out, "accuracy") == rows(local_grid, "accuracy")
+    assert rows(out, "robustness") == rows(local_grid, "robustness", without=("cnn_sabour", 1))
+    table = (out / "robustness" / "table.md").read_text()
+    assert "MISSING robustness/cnn_sabour-mnist-s1: the unit failed (IsADirectoryError" in table
+    assert "robustness: tables" in stdout and "1 unit(s) failed and are missing from the tables" in stdout
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
+    parents = {r.info.run_name: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    assert sorted(parents) == ["accuracy-smoke", "robustness-smoke"]
+    assert all(p.info.status == "FINISHED" for p in parents.values())
+    for name, parent in parents.items():
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert sorted(c.info.run_name for c in children) == sorted(f"{m}-mnist-s{s}" for m in ("cnn_9x9", "cnn_sabour")
+                                                                   for s in (0, 1))
+        failed = [c.info.run_name for c in children if c.info.status == "FAILED"]
+        assert failed == (["cnn_sabour-mnist-s1"] if name == "robustness-smoke" else [])
+
+
+@pytest.mark.slow
+def test_submitit_local_jobs_equal_local_and_a_failing_job_is_resubmitted(tmp_path, local_grid, caplog):
+    pytest.importorskip("submitit")
+    out = tmp_path / "slurm"
+    block_figure(out, seed=0)
+    cfgs = compose_suites([*GRID, "seeds=[0]", f"output_dir={out}", "tracking.enabled=false", "launcher=slurm", "slurm.cluster=local",
+                           "slurm.gpus_per_unit=0", "slurm.cpus_per_unit=1", "slurm.array_parallelism=2",
+                           "slurm.max_retries=1", "slurm.time=30"])
+    with caplog.at_level("WARNING", logger="capsbench.launchers.slurm_jobs"):
+        accuracy, robustness = runner.run_suites(cfgs)
+    assert rows(out, "accuracy") == rows(local_grid, "accuracy", seeds=(0,))
+    assert rows(out, "robustness") == rows(local_grid, "robustness", without=("cnn_sabour", 0), seeds=(0,))
+    assert [m.spec.name for m in robustness.missing] == ["robustness/cnn_sabour-mnist-s0"] and not accuracy.missing
+    assert "IsADirectoryError" in robustness.missing[0].error
+    resubmitted = [r.message for r in caplog.records if "resubmitting" in r.message]
+    assert len(resubmitted) == 1 and "robustness/cnn_sabour-mnist-s0" in resubmitted[0] and "try 2 of 2" in resubmitted[0]
