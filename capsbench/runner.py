@@ -124,8 +124,9 @@ def _finish(cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult],
 
 
 def headline_metrics(records: list[dict[str, Any]], suite_cls: Any) -> dict[str, float]:
-    """Per model and table metric coordinate, the mean over seeds: <model>.<metric>.<coordinates>."""
-    shown = suite_cls.table_metrics
+    """Per model and tabulated metric coordinate, the mean over seeds: <model>.<metric>.<coordinates>."""
+    layout = suite_cls.layout
+    shown = None if layout is None else {m for table in layout.tables for m in table.metrics}
     values: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if shown is None or r["metric"] in shown:

@@ -175,9 +175,9 @@ def test_long_tables_split_evenly_keeping_published_columns_with_their_column():
 
 
 def test_latex_escapes_every_special_character():
-    assert latex.tex("a_b > c < d % & # ± – × $ {x} ~ ^ \\") == (
-        r"a\_b \textgreater{} c \textless{} d \% \& \# \ensuremath{\pm} -- \ensuremath{\times} \$ \{x\} "
-        r"\textasciitilde{} \textasciicircum{} \textbackslash{}")
+    assert latex.tex("a_b > c < d % & # ± – × $ {x} ~ ^ \\ s/t") == (
+        r"a\_\allowbreak{}b \textgreater{} c \textless{} d \% \& \# \ensuremath{\pm} -- \ensuremath{\times} \$ \{x\} "
+        r"\textasciitilde{} \textasciicircum{} \textbackslash{} s/\allowbreak{}t")
 
 
 def test_suite_files(tmp_path):

@@ -22,9 +22,13 @@ _TEX = {
 }
 
 
+_BREAK_AFTER = {"/": "/\\allowbreak{}", "_": "\\_\\allowbreak{}"}  # paths, URIs and identifiers may break in prose
+
+
 def tex(text: str) -> str:
-    """Plain text as LaTeX that prints it: every special character escaped (OT1-safe: `>` is not `¿`)."""
-    return "".join(_TEX.get(ch, ch) for ch in str(text))
+    """Plain text as LaTeX that prints it: every special character escaped (OT1-safe: `>` is not `¿`); a line may
+    break after `/` and `_`, so a long path or identifier in a paragraph never overflows it."""
+    return "".join(_BREAK_AFTER.get(ch) or _TEX.get(ch, ch) for ch in str(text))
 
 
 def render_table(table: Table, label_prefix: str) -> str:
@@ -55,7 +59,7 @@ def tabular(table: Table) -> str:
         columns = pd.MultiIndex.from_tuples(list(zip(tops, heads)))
     else:
         columns = pd.Index(heads)
-    rows = [[*(tex(x) for x in table.shown_labels(i)), *(_cell(table, i, h) for h in table.headers)] for i in range(len(table.rows))]
+    rows = [[*(_label(x) for x in table.shown_labels(i)), *(_cell(table, i, h) for h in table.headers)] for i in range(len(table.rows))]
     fmt = "l" * n_labels + "".join("c" if h.kind == "flags" else "r" for h in table.headers)
     styler = pd.DataFrame(rows, columns=columns).style.hide(axis="index")
     text = styler.to_latex(hrules=True, column_format=fmt, multicol_align="c")
@@ -99,6 +103,14 @@ def _header(h: Header, grouped: bool) -> str:
 def _wrap(text: str, span: int) -> list[str]:
     """Header text in lines short enough for `span` numeric columns (about 9 characters each)."""
     return textwrap.wrap(text, width=max(10, 9 * span), break_long_words=False) or [""]
+
+
+def _label(text: str) -> str:
+    """A row label; one of several words (a block such as "PGD adaptive") stacked, top aligned with the value."""
+    lines = _wrap(str(text), 1)
+    if len(lines) == 1:
+        return tex(lines[0])
+    return r"\begin{tabular}[t]{@{}l@{}}" + r"\\".join(tex(line) for line in lines) + r"\end{tabular}"
 
 
 def _stack(lines: list[str]) -> str:
