@@ -156,6 +156,10 @@ def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
         _fail(str(exc))
     for section in result.sections:
         typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
+    if result.claims:
+        from capsbench.reporting.claims import render_markdown
+
+        typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
     typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
 
 

@@ -16,8 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from capsbench.atomic import write_text
 from capsbench.baselines import load_baselines, matching
+from capsbench.claims import load_claims
 from capsbench.collect import Invocation, Selection, check_comparable, combine, parse_when, protocol_params, select
 from capsbench.errors import CapsbenchError
+from capsbench.reporting import claims as verdicts
 from capsbench.reporting.document import Document, Figure, Run, Section, render_latex, render_markdown
 from capsbench.reporting.figures import accuracy_vs_cost, save_figure
 from capsbench.reporting.outputs import write_suite
@@ -32,6 +34,7 @@ class Report:
     sections: list[Section]
     markdown: Path  # report.md
     latex: Path  # report.tex
+    claims: list[verdicts.Judgement]
 
 
 def selection(cfg: DictConfig) -> Selection:
@@ -65,9 +68,11 @@ def build_report(cfg: DictConfig) -> Report:
         sections.append(_section(suite_name, invs, frame, entries, root))
     filters = ", ".join(f"{k}={cfg[k]}" for k in ("suite", "models", "dataset", "budget", "version", "since", "until")
                         if cfg[k] is not None)
+    judged = verdicts.judge_all(load_claims(Path(cfg.baselines_dir) if cfg.baselines_dir else None), {
+        s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections})
     doc = Document(datetime.now(timezone.utc), f"{cfg.tracking.uri} (experiment {cfg.tracking.experiment})", filters,
-                   sections, _cost_figures(sections, root))
-    paths = Report(sections, root / "report.md", root / "report.tex")
+                   sections, _cost_figures(sections, root), judged)
+    paths = Report(sections, root / "report.md", root / "report.tex", judged)
     write_text(paths.markdown, render_markdown(doc, root))
     write_text(paths.latex, render_latex(doc, root))
     return paths

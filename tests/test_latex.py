@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 import report_fixtures as fixtures
 
+from capsbench.claims import load_claims
+from capsbench.reporting import claims as verdicts
 from capsbench.reporting.document import Document, Run, Section, render_latex
 from capsbench.reporting.outputs import write_suite
 from capsbench.suites import CATALOG, SUITES
@@ -103,7 +105,9 @@ def test_latex_report_of_every_suite_compiles_on_its_own(tmp_path):
                                 {"train.epochs": "3", "params.eps.mnist": "[0.0, 0.05, 0.1]", "data.test_subset": "500"},
                                 {m: {"routing_iterations": "3", "decoder_hidden": "[64, 128]"} for m in seeds}))
     assert all(s.output.figures for s in sections if s.suite in ("affine", "robustness", "routing"))
-    doc = Document(when, "sqlite:///results/mlflow.db (experiment capsbench)", "budget=smoke", sections)
+    claims = verdicts.judge_all(load_claims(), {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget)
+                                                for s in sections})
+    doc = Document(when, "sqlite:///results/mlflow.db (experiment capsbench)", "budget=smoke", sections, claims=claims)
     source = render_latex(doc, root)
     compile_latex(source, root)
 

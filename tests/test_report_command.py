@@ -61,6 +61,18 @@ def test_report_tex_is_a_standalone_document(built):
     assert "\\label{tab:accuracy-accuracy}" in tex and "Dynamic Routing Between Capsules" in tex
 
 
+def test_report_judges_every_claim(built):
+    root, _, output = built
+    report = (root / "report.md").read_text()
+    assert "## Claims" in output and "## Claims" in report and "Verdict rule:" in report
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in report.splitlines() if line.startswith("| ")}
+    r3 = rows["CapsNet (3 routing iterations, reconstruction) has a lower MNIST test error than the baseline CNN"]
+    assert "| 0.25 vs 0.39 |" in r3 and "**not resolved**" in r3 and "undertrained" in r3  # synthetic images
+    speed = rows["CapsNets are about 10x slower than CNNs per forward pass"]
+    assert "**no records**" in speed and "capsbench run suite=efficiency" in speed
+    assert "Capsule-network overview comparison table" in report
+
+
 def test_filters_that_match_nothing_explain_what_exists(tracked_store, tmp_path):
     uri, _, _ = tracked_store
     result = report(uri, tmp_path, "budget=paper")

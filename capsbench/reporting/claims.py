@@ -167,6 +167,42 @@ def as_rows(judgements: list[Judgement]) -> list[dict[str, Any]]:
     return [{
         "claim": j.claim.statement, "source": f"{j.claim.source}, {j.claim.where}",
         "published": " vs ".join("–" if s.published is None else f"{s.published:g}" for s in (j.claim.better, j.claim.worse)),
-        "measured": f"{describe(j.better)} vs {describe(j.worse)}", "verdict": j.verdict, "why": j.reason,
+        "measured": f"{describe(j.better)} vs {describe(j.worse)}", "verdict": j.verdict,
+        "why": j.reason + (f"; note: {j.claim.note}" if j.claim.note else ""),
         "models": f"{j.claim.better.label} vs {j.claim.worse.label}", "metric": j.claim.metric + _where(j.claim),
     } for j in judgements]
+
+
+RULE = (f"Verdict rule: a claim that model A beats model B is supported when A is better in the claimed direction "
+        f"(each metric's higher_is_better) with p < {ALPHA}, refuted when B is better with p < {ALPHA}, and not "
+        "resolved otherwise. The test is paired McNemar on the per-image outcomes when both models were measured on "
+        "the same test images, else Welch's t-test across seeds (at least two each), else, for exact counts such as "
+        "parameters, the difference itself; a claimed factor (\"10x slower\") is tested on log values against the "
+        "log of the factor. Undertrained models are never judged; a model measured with other arguments or "
+        "settings than the claim names has no records for it.")
+
+
+def render_markdown(judgements: list[Judgement]) -> str:
+    """The claims table: claim and source, published and measured numbers, the verdict and why."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| claim | models; metric | published | measured | verdict | why |", "|---|---|---|---|---|---|"]
+    for row in as_rows(judgements):
+        lines.append("| " + " | ".join(cell(row[k]) for k in ("claim", "models", "published", "measured")) +
+                     f" | **{row['verdict']}** | {cell(row['why'])} |")
+    sources = dict.fromkeys(j.claim.source for j in judgements)
+    return "\n".join([*lines, "", *(f"- {s}" for s in sources)]) + "\n"
+
+
+def render_latex(judgements: list[Judgement]) -> str:
+    """The claims as a list (long text does not fit a tabular): verdict, claim, numbers, source and reason."""
+    from capsbench.reporting.latex import tex
+
+    items = [
+        rf"\item \textbf{{{tex(row['verdict'])}}}: {tex(row['claim'])} ({tex(row['source'])}). "
+        rf"{tex(row['models'])}; {tex(row['metric'])}. Published {tex(row['published'])}; measured "
+        rf"{tex(row['measured'])}. {tex(row['why'])}."
+        for row in as_rows(judgements)
+    ]
+    return "\n".join([r"{\small\raggedright", r"\begin{itemize}", *items, r"\end{itemize}", "}"])

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from capsbench.reporting import claims as verdicts
 from capsbench.reporting import latex, markdown
 from capsbench.reporting.latex import tex
 from capsbench.reporting.outputs import SuiteOutput
@@ -56,6 +57,7 @@ class Document:
     filters: str
     sections: list[Section]
     figures: list[Figure] = field(default_factory=list)
+    claims: list[verdicts.Judgement] = field(default_factory=list)
 
 
 def _images(section: Section) -> str:
@@ -92,6 +94,8 @@ def render_markdown(doc: Document, root: Path) -> str:
         out += ["", markdown.render_tables(s.output.tables) if s.output.tables else "No records to tabulate.\n"]
         out += [f"![{stem.name}]({_rel(stem.with_suffix('.png'), root)})\n" for stem in s.output.figures]
         out += ["Files: " + " · ".join(f"[{name}]({_rel(path, root)})" for name, path in s.output.paths.items()), ""]
+    if doc.claims:
+        out += ["## Claims", "", verdicts.RULE, "", verdicts.render_markdown(doc.claims), ""]
     if doc.figures:
         out += ["## Across suites", ""]
         out += [f"![{f.stem.name}]({_rel(f.stem.with_suffix('.png'), root)})\n\n{f.caption}\n" for f in doc.figures]
@@ -114,6 +118,8 @@ def render_latex(doc: Document, root: Path) -> str:
         out += [latex.render_table(t, s.suite) for t in s.output.tables]
         out += [_figure(stem, root, f"{s.suite}: {stem.name.replace('_', ' ')}") for stem in s.output.figures]
         out += [r"\clearpage", ""]
+    if doc.claims:
+        out += [r"\section{Claims}", tex(verdicts.RULE), "", verdicts.render_latex(doc.claims), r"\clearpage", ""]
     if doc.figures:
         out += [r"\section{Across suites}", *(_figure(f.stem, root, f.caption) for f in doc.figures)]
     return "\n".join([*out, r"\end{document}", ""])
