@@ -108,7 +108,9 @@ def render_latex(doc: Document, root: Path) -> str:
         r"\documentclass{article}", r"\usepackage{booktabs}", r"\usepackage{graphicx}",
         r"\title{capsbench report}", rf"\date{{{doc.generated:%Y-%m-%d %H:%M} UTC}}", r"\author{}",
         r"\begin{document}", r"\maketitle",
-        tex(f"Runs read from {doc.source}; filters: {doc.filters or 'none'}. {PUBLISHED_NOTE}"), "",
+        # ragged: the store's path may be long, and a justified line cannot stretch around it
+        r"{\raggedright " + tex(f"Runs read from {doc.source}; filters: {doc.filters or 'none'}. {PUBLISHED_NOTE}") + r"\par}",
+        "",
     ]
     for s in doc.sections:
         out += [rf"\section{{{tex(s.suite)}}}", tex(f"{s.description}."), "", r"{\small\raggedright"]
