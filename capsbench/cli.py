@@ -138,7 +138,7 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
 
 
 @app.command(help="Tables across every finished tracked run (all seeds and invocations), published numbers beside "
-             "measured ones, plots, and a summary.md, under <output_dir>/report/.\n\n"
+             "measured ones, figures, and one report.md and standalone report.tex, under <output_dir>/report/.\n\n"
              "Examples:\n\n  capsbench report\n\n  capsbench report suite=accuracy budget=quick\n\n"
              "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
              "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir. "
@@ -154,9 +154,13 @@ def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
         result = build_report(cfg)
     except CapsbenchError as exc:
         _fail(str(exc))
-    for rep in result.suites:
-        typer.echo(f"## {rep.suite}\n\n{rep.markdown}")
-    typer.echo(f"summary: {result.summary}")
+    for section in result.sections:
+        typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
+    if result.claims:
+        from capsbench.reporting.claims import render_markdown
+
+        typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
+    typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
 
 
 def _catalog(what: str) -> list[dict[str, Any]]:

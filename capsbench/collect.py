@@ -87,7 +87,7 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             )
     first = invocations[0]
     for inv in invocations[1:]:
-        a, b = _protocol(first), _protocol(inv)
+        a, b = protocol_params(first), protocol_params(inv)
         _refuse(first, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
         ref = next(i for i in invocations if i.dataset == inv.dataset)  # model args depend on the dataset
         diff = []
@@ -106,7 +106,7 @@ def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:
         )
 
 
-def _protocol(inv: Invocation) -> dict[str, str]:
+def protocol_params(inv: Invocation) -> dict[str, str]:
     return {k: v for k, v in inv.params.items() if k not in NEUTRAL_PARAMS and not k.startswith(NEUTRAL_PREFIXES)}
 
 

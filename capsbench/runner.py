@@ -15,13 +15,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from capsbench import report
 from capsbench.atomic import write_text
 from capsbench.baselines import load_baselines, matching
 from capsbench.config import to_dict, to_yaml
 from capsbench.errors import CapsbenchError
 from capsbench.launchers import make_launcher
 from capsbench.progress import Progress
+from capsbench.reporting.outputs import write_outputs
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
 from capsbench.unit_store import UnitStore
@@ -112,7 +112,7 @@ def _finish(cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult],
     out_dir = Path(cfg.output_dir) / cfg.suite
     notes = suite_cls().notes(records, cfg.params) + [
         f"MISSING {r.spec.name}: the unit failed ({r.error}); rerun the same command to measure it" for r in missing]
-    paths = report.write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
+    paths = write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
     paths["records.jsonl"] = out_dir / "records.jsonl"
     write_text(paths["records.jsonl"], "".join(json.dumps({"schema_version": RECORDS_SCHEMA_VERSION, **r}, default=str)
                                                + "\n" for r in records))
@@ -124,8 +124,9 @@ def _finish(cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult],
 
 
 def headline_metrics(records: list[dict[str, Any]], suite_cls: Any) -> dict[str, float]:
-    """Per model and table metric coordinate, the mean over seeds: <model>.<metric>.<coordinates>."""
-    shown = suite_cls.table_metrics
+    """Per model and tabulated metric coordinate, the mean over seeds: <model>.<metric>.<coordinates>."""
+    layout = suite_cls.layout
+    shown = None if layout is None else {m for table in layout.tables for m in table.metrics}
     values: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if shown is None or r["metric"] in shown:

@@ -1,39 +1,40 @@
-"""`capsbench report`: per-suite tables and plots from every selected tracked run, published numbers beside
-measured ones, and one summary.md linking them all."""
+"""`capsbench report`: per-suite tables and figures from every selected tracked run, published numbers beside
+measured ones, and one report.md and standalone report.tex assembling them all."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+import pandas as pd
+import yaml
+from omegaconf import DictConfig, OmegaConf
 
 from capsbench.atomic import write_text
 from capsbench.baselines import load_baselines, matching
-from capsbench.collect import Invocation, Selection, check_comparable, combine, parse_when, select
+from capsbench.claims import load_claims
+from capsbench.collect import Invocation, Selection, check_comparable, combine, parse_when, protocol_params, select
 from capsbench.errors import CapsbenchError
-from capsbench.report import write_outputs
-from capsbench.suites import SUITES
+from capsbench.reporting import claims as verdicts
+from capsbench.reporting.document import Document, Figure, Run, Section, render_latex, render_markdown
+from capsbench.reporting.figures import accuracy_vs_cost, save_figure
+from capsbench.reporting.outputs import write_suite
+from capsbench.suites import CATALOG, SUITES
 from capsbench.tracking import read_invocations, read_records
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class SuiteReport:
-    suite: str
-    invocations: list[Invocation]
-    seeds: dict[str, list[int]]  # model -> seeds in the table
-    paths: dict[str, Path]
-    markdown: str
-
-
-@dataclass
 class Report:
-    suites: list[SuiteReport]
-    summary: Path
+    sections: list[Section]
+    markdown: Path  # report.md
+    latex: Path  # report.tex
+    claims: list[verdicts.Judgement]
 
 
 def selection(cfg: DictConfig) -> Selection:
@@ -55,8 +56,8 @@ def build_report(cfg: DictConfig) -> Report:
         raise CapsbenchError(f"no finished runs at {cfg.tracking.uri} match the filters (suite/budget/dataset found: {have}); "
                              "loosen suite=, budget=, dataset=, models=, since= or until=")
     entries = load_baselines(Path(cfg.baselines_dir) if cfg.baselines_dir else None)
-    out_root = Path(cfg.output_dir) / "report"
-    reports = []
+    root = Path(cfg.output_dir) / "report"
+    sections = []
     for suite_name in sorted({inv.suite for inv in chosen}):
         if suite_name not in SUITES:
             log.warning("skipping suite %r: this capsbench does not define it", suite_name)
@@ -64,42 +65,70 @@ def build_report(cfg: DictConfig) -> Report:
         invs = [inv for inv in chosen if inv.suite == suite_name]
         check_comparable(invs, sel.models)
         frame = combine(invs, {inv.run_id: read_records(cfg.tracking.uri, inv.run_id) for inv in invs}, sel.models)
-        model_args = {m: args for inv in invs for m, args in inv.model_args.items()}
-        reported = matching(entries, suite=suite_name, model_args=model_args)
-        suite_cls = SUITES.get(suite_name)
-        paths = write_outputs(out_root / suite_name, frame.to_dict("records"), suite_cls, reported)
-        seeds = {m: sorted(int(s) for s in part["seed"].unique()) for m, part in frame.groupby("model", sort=False)}
-        reports.append(SuiteReport(suite_name, invs, seeds, paths, paths["table.md"].read_text()))
-    summary = out_root / "summary.md"
-    write_text(summary, summary_markdown(reports, cfg, out_root))
-    return Report(reports, summary)
+        sections.append(_section(suite_name, invs, frame, entries, root))
+    filters = ", ".join(f"{k}={cfg[k]}" for k in ("suite", "models", "dataset", "budget", "version", "since", "until")
+                        if cfg[k] is not None)
+    judged = verdicts.judge_all(load_claims(Path(cfg.baselines_dir) if cfg.baselines_dir else None), {
+        s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections})
+    doc = Document(datetime.now(timezone.utc), f"{cfg.tracking.uri} (experiment {cfg.tracking.experiment})", filters,
+                   sections, _cost_figures(sections, root), judged)
+    paths = Report(sections, root / "report.md", root / "report.tex", judged)
+    write_text(paths.markdown, render_markdown(doc, root))
+    write_text(paths.latex, render_latex(doc, root))
+    return paths
 
 
-def summary_markdown(reports: list[SuiteReport], cfg: DictConfig, root: Path) -> str:
-    """One page linking every table and plot, with the runs and seeds behind each table."""
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    filters = ", ".join(f"{k}={cfg[k]}" for k in ("suite", "models", "dataset", "budget", "version", "since", "until") if cfg[k] is not None)
-    lines = [
-        "# capsbench report", "",
-        f"Generated {now} from `{cfg.tracking.uri}` (experiment `{cfg.tracking.experiment}`); filters: {filters or 'none'}.",
-        "Each cell is the mean ± sample std over seeds; a *reported* column is the number the cited paper gives "
-        "under its own protocol (full-size models and schedules), placed beside the measured one for reference.", "",
-    ]
-    for rep in reports:
-        first = rep.invocations[0]
-        suite = SUITES.get(rep.suite)
-        lines += [f"## {rep.suite}", "", f"{suite.description}.", "",
-                  f"Budget `{first.budget}`, capsbench {first.version}, dataset `{first.dataset}`, "
-                  f"{len(rep.invocations)} invocation(s):", ""]
-        lines += [f"- `{inv.run_id}` started {inv.start:%Y-%m-%d %H:%M} UTC, seeds {inv.params.get('seeds', '?')}" for inv in rep.invocations]
-        lines += ["", "Seeds in the table: " + "; ".join(f"{m} {s}" for m, s in rep.seeds.items()) + ".", ""]
-        if first.budget != "paper":
-            lines += [f"Budget `{first.budget}` narrows the models and shortens training, so measured numbers are not "
-                      "expected to reach the reported ones; compare models within a column.", ""]
-        lines += [rep.markdown, "Files: " + " · ".join(f"[{name}]({_rel(path, root)})" for name, path in rep.paths.items()), ""]
-        lines += [f"![{path.stem}]({_rel(path, root)})" for name, path in rep.paths.items() if name.endswith(".png")]
-    return "\n".join(lines).rstrip() + "\n"
+def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: list[Any], root: Path) -> Section:
+    suite_cls = SUITES.get(name)
+    records = frame.to_dict("records")
+    model_args = {m: args for inv in invs for m, args in inv.model_args.items() if m in set(frame["model"])}
+    reported = matching(entries, suite=name, model_args=model_args)
+    notes = suite_cls().notes(records, suite_params(name, invs[0].params)) if records else []
+    output = write_suite(root / name, records, suite_cls, reported, notes=notes)
+    first = invs[0]
+    return Section(
+        suite=name, description=suite_cls.description, output=output, budget=first.budget, version=first.version,
+        datasets=sorted({inv.dataset for inv in invs}),
+        runs=[Run(inv.run_id, inv.start, inv.params.get("seeds", "?")) for inv in invs],
+        seeds={m: sorted(int(s) for s in part["seed"].unique()) for m, part in frame.groupby("model", sort=False)},
+        settings=protocol_params(first), model_args=model_args,
+    )
 
 
-def _rel(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix()
+def suite_params(suite: str, params: dict[str, str]) -> Any:
+    """The suite's params as the run used them: its Params defaults under the logged `params.*` values."""
+    values = dataclasses.asdict(CATALOG.get(suite).params())
+    cfg = OmegaConf.create(values)
+    for key, text in params.items():
+        if key.startswith("params."):
+            OmegaConf.update(cfg, key.removeprefix("params."), yaml.safe_load(text), force_add=True)
+    return cfg
+
+
+def _cost_figures(sections: list[Section], root: Path) -> list[Figure]:
+    """Accuracy against MACs where the accuracy and efficiency suites measured the same models (same arguments)."""
+    by = {s.suite: s for s in sections}
+    acc, eff = by.get("accuracy"), by.get("efficiency")
+    if acc is None or eff is None or acc.budget != eff.budget:
+        return []
+    points = []
+    for model in acc.seeds:
+        if model not in eff.seeds or acc.model_args.get(model) != eff.model_args.get(model):
+            log.info("accuracy vs MACs: %s left out (not measured by both suites with the same arguments)", model)
+            continue
+        macs = eff.output.frame.query("model == @model and metric == 'macs' and part == 'total'")["value"]
+        rows = acc.output.frame.query("model == @model and metric == 'test_accuracy'")
+        if macs.empty or rows.empty:
+            continue
+        mean = float(rows["value"].mean())
+        if len(rows) > 1:
+            low, high = mean - float(rows["value"].std()), mean + float(rows["value"].std())
+        else:
+            low, high = (float(rows["ci_low"].iloc[0]), float(rows["ci_high"].iloc[0])) if "ci_low" in rows else (mean, mean)
+        points.append({"model": model, "cost": float(macs.mean()), "mean": mean, "low": low, "high": high})
+    if not points:
+        return []
+    fig = accuracy_vs_cost(pd.DataFrame(points), xlabel="MACs per image (millions, log scale)", ylabel="test accuracy (%)")
+    save_figure(fig, root / "accuracy_vs_macs")
+    return [Figure(root / "accuracy_vs_macs", f"Test accuracy against MACs per image ({acc.budget} budget); bars: "
+                   "95 % Wilson interval for one seed, ± std over several")]

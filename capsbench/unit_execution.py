@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from capsbench.data import Splits, load_splits
 from capsbench.models import create_model
-from capsbench.plots import save_figure
+from capsbench.reporting.figures import save_figure
 from capsbench.suites import SUITES, Context, Suite
 from capsbench.train_step import auto_threads
 from capsbench.training import model_config, obtain_model

@@ -37,7 +37,7 @@ def test_affine_smoke_end_to_end(tmp_path, mnist_root):
         assert 0.0 <= centred <= 100.0
     capsnet = next(float(r["value"]) for r in rows if r["model"] == "capsnet" and r["metric"] == "centred_accuracy")
     assert capsnet > 20.0, f"capsnet at {capsnet} % on centred digits has not learnt (chance is 10 %)"
-    for name in ("table.md", "table.tex", "table.csv", "sweeps.png", "sweeps.pdf", "config.yaml"):
+    for name in ("table.md", "table.tex", "table-affnist.csv", "table-sweeps-rotation.csv", "sweeps.png", "sweeps.pdf", "config.yaml"):
         assert (out / name).stat().st_size > 0
 
     client = MlflowClient(uri)

@@ -37,7 +37,7 @@ def test_checkpoints_and_figures_follow_the_umask(tmp_path, umask):
     import torch
 
     from capsbench.checkpoints import atomic_save
-    from capsbench.plots import save_figure
+    from capsbench.reporting.figures import save_figure
 
     umask(0o022)
     atomic_save({"w": torch.ones(2)}, tmp_path / "k.ckpt")

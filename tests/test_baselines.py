@@ -20,7 +20,9 @@ def test_shipped_baselines_validate_and_carry_sources():
     assert affnist.value == 79.0 and affnist.sweep == {"test_set": "affNIST"}  # never beside the generated set
     assert by_key[("affine", "mnist", "cnn_sabour", "affnist_accuracy", ())].value == 66.0
     assert by_key[("accuracy", "smallnorb", "capsnet_em", "test_error", ())].value == 1.8
-    assert by_key[("efficiency", "mnist", "efficient_capsnet", "params", ())].value == 161824
+    effcaps = by_key[("efficiency", "mnist", "effcapsnet", "params", (("decoder_hidden", "[]"),))]
+    assert effcaps.value == 0.161824 and effcaps.sweep == {"part": "total"}  # millions, as the suite reports params
+    assert by_key[("efficiency", "mnist", "capsnet", "params", (("routing_iterations", "3"),))].value == 8.2
     assert all(e.where and e.protocol for e in entries)
 
 

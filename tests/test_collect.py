@@ -7,7 +7,7 @@ import pytest
 
 from capsbench.collect import Invocation, Selection, check_comparable, combine, parse_when, select
 from capsbench.errors import CapsbenchError
-from capsbench.report import aggregate, records_frame
+from capsbench.reporting.frame import aggregate, records_frame
 from capsbench.suites.accuracy import AccuracySuite
 
 ARGS = {"capsnet": {"routing_iterations": "3"}, "cnn_9x9": {"channels": "[8, 8, 4]"}}

@@ -37,7 +37,7 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
     for r in rows:
         if r["metric"] == "test_accuracy":
             assert float(r["value"]) > 50.0, f"{r['model']} at {r['value']} % is not well above chance (10 %)"
-    for name in ("table.md", "table.tex", "table.csv", "config.yaml"):
+    for name in ("table.md", "table.tex", "table-accuracy.csv", "config.yaml"):
         assert (out / name).stat().st_size > 0
     table = (out / "table.md").read_text()
     assert "significantly better than the runner-up" in table and "over 500 test images" in table
@@ -56,7 +56,7 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
     assert parent.data.tags["budget"] == "smoke" and parent.data.tags["version.mlflow"].startswith("3.")
     assert "git.commit" in parent.data.tags and "device.name" in parent.data.tags
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"records.csv", "table.md", "table.tex", "table.csv", "config.yaml"} <= artifacts
+    assert {"records.csv", "table.md", "table.tex", "table-accuracy.csv", "config.yaml"} <= artifacts
     for child in children:
         assert child.info.status == "FINISHED"
         assert 50.0 < child.data.metrics["test_accuracy"] <= 100.0

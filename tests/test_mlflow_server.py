@@ -88,6 +88,6 @@ def test_ui_shows_parent_and_nested_runs_params_metrics_artifacts(server):
             assert {"model", "seed", "checkpoint.key", "model_args.routing_iterations" if "capsnet" in child["info"]["run_name"]
                     else "model_args.channels"} <= {p["key"] for p in child["data"]["params"]}
         files = {f["path"] for f in get(server, f"/api/2.0/mlflow/artifacts/list?run_id={pid}").get("files", [])}
-        assert {"records.csv", "table.md", "table.tex", "table.csv", "config.yaml"} <= files
+        assert {"records.csv", "table.md", "table.tex", "table-accuracy.csv", "config.yaml"} <= files
         table = get(server, f"/get-artifact?path=table.md&run_uuid={pid}").decode()
         assert "| capsnet |" in table and "| cnn_sabour |" in table

@@ -11,7 +11,8 @@ from capsbench.errors import CapsbenchError
 from capsbench.evaluation import accuracy
 from capsbench.models.capsules import margin_loss, reconstruction_loss
 from capsbench.protocols import TrainingProtocol
-from capsbench.report import aggregate, comparison_table, records_frame
+from capsbench.reporting.frame import records_frame
+from capsbench.reporting.tables import build_tables
 from capsbench.suites import SUITES, Context
 from capsbench.training import fit
 from tests.conftest import make_splits
@@ -105,5 +106,5 @@ def test_descriptive_metric_gets_no_best_cell():
         for m, acc in (("a", 90.0), ("b", 80.0)) for s in (0, 1, 2)
         for metric, v in (("both_correct_accuracy", acc), ("box_overlap", 72.0 + acc / 100))
     ]
-    table = comparison_table(records_frame(records, suite), suite)
-    assert table.best == {"both_correct_accuracy": {"a"}}
+    [table] = build_tables(records_frame(records, suite), suite, suite.layout)
+    assert {(table.rows[i][0], h.label) for h in table.headers for i in range(2) if table.is_best(i, h.key)} == {("a", "both correct")}

@@ -18,7 +18,7 @@ from capsbench.data import load_splits
 from capsbench.errors import CapsbenchError
 from capsbench.models import Classifier, ModelOutput
 from capsbench.protocols import TrainingProtocol
-from capsbench.report import write_outputs
+from capsbench.reporting.outputs import write_outputs
 from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context
 from capsbench.suites.robustness import RobustnessParams, RobustnessSuite
@@ -157,7 +157,8 @@ def test_fired_flags_are_footnotes_of_the_table(tmp_path):
     suite = RobustnessSuite()
     md = write_outputs(tmp_path, rows, RobustnessSuite, notes=suite.notes(rows, RobustnessParams()))["table.md"].read_text()
     assert "FLAG m / d seed 0: pgd_not_weaker_than_fgsm" in md and "pgd 55.00 % > fgsm 50.00 % at eps=0.1" in md
-    assert "robust_accuracy (attack=pgd, eps=0.1)" in md
+    assert "| attack | model | eps=0.1 | eps=0.3 |" in md  # eps 0 (= clean) is left out of the per-attack blocks
+    assert "| PGD | m | 55.00 [48.1, 61.7] | 0.00 [0.0, 1.9] |" in md and "| FGSM | m | 50.00 [43.1, 56.9] |" in md
 
 
 @pytest.mark.parametrize("override, message", [

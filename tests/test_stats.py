@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from capsbench.significance import Cell, best_row
+from capsbench.reporting.significance import Cell, best_row
 from capsbench.stats import (
     accuracy_fields,
     decode_outcomes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from capsbench.evaluation import correct
+from capsbench.reporting.layout import Column, Layout, TableSpec
 from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.base import Context, Metric, Suite
 
@@ -16,6 +17,8 @@ class AccuracySuite(Suite):
         Metric("test_accuracy", "%", True, "top-1 accuracy on the test split"),
         Metric("test_error", "%", False, "100 - test_accuracy"),
     )
+    layout = Layout((TableSpec("accuracy", "Clean test accuracy and error",
+                               (Column("test_accuracy", "accuracy"), Column("test_error", "error"))),))
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         return accuracy_records(ctx)

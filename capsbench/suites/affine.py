@@ -15,8 +15,8 @@ from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.errors import CapsbenchError
 from capsbench.evaluation import correct
-from capsbench.plots import SweepPlot
 from capsbench.protocols import CanvasProtocol, TrainingProtocol
+from capsbench.reporting.layout import Column, Group, Layout, SweepColumns, SweepPlot, TableSpec
 from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.params import AffineParams
@@ -34,6 +34,8 @@ class AffineTestSet:
 
 
 SWEEPS = ("rotation", "scale", "shear", "translation")
+SWEEP_LABELS = {"rotation": "rotation (degrees)", "scale": "scale (factor)", "shear": "shear (horizontal)",
+                "translation": "translation (pixels)"}
 
 
 def sweep_transform(transform: str, value: float) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -59,8 +61,17 @@ class AffineSuite(Suite):
         Metric("sweep_accuracy", "%", True, "sweep test digits under one transform of the given magnitude"),
     )
     sweep_columns = ("test_set", "transform", "magnitude")
-    plots = (SweepPlot("sweeps", "sweep_accuracy", "magnitude", facet="transform",
-                       xlabel="magnitude (degrees / scale factor / shear / pixels)", ylabel="accuracy [%]"),)
+    layout = Layout(
+        tables=(
+            TableSpec("affnist", "Affine generalisation: trained on translated MNIST, tested on centred digits and affNIST",
+                      (Column("centred_accuracy", "centred"), Column("affnist_accuracy", "affNIST")), describe=("test_set",)),
+            TableSpec("sweeps", "Accuracy under one transform at a time",
+                      (SweepColumns("sweep_accuracy", "magnitude", "accuracy ({unit}) at magnitude"),),
+                      split=Group("transform", SWEEPS, SWEEP_LABELS)),
+        ),
+        figures=(SweepPlot("sweeps", ("sweep_accuracy",), "magnitude", facet=Group("transform", SWEEPS, SWEEP_LABELS),
+                           xlabel="magnitude", ylabels=("accuracy (%)",), share_x=False),),
+    )
     Params = AffineParams
 
     def protocol(self, cfg: Any) -> TrainingProtocol:

@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 
 from capsbench.data import Splits
 from capsbench.models import Classifier
-from capsbench.plots import SweepPlot
 from capsbench.protocols import TrainingProtocol, dataset_protocol
+from capsbench.reporting.layout import Layout
 from capsbench.suites.params import NoParams
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")  # what MLflow accepts in a metric name
@@ -68,8 +68,7 @@ class Suite:
     metrics: ClassVar[tuple[Metric, ...]]
     sweep_columns: ClassVar[tuple[str, ...]] = ()  # record columns such as eps or angle
     detail_columns: ClassVar[tuple[str, ...]] = ()  # text columns kept in the records, never pivoted (e.g. a reason)
-    plots: ClassVar[tuple[SweepPlot, ...]] = ()  # drawn from the records by the report layer
-    table_metrics: ClassVar[tuple[str, ...] | None] = None  # metrics shown in the table; None = all
+    layout: ClassVar[Layout | None] = None  # tables and figures drawn from the records; None: a column per metric
     Params: ClassVar[type] = NoParams
     needs_training: ClassVar[bool] = True  # False: the runner builds fresh models (seeded) at the budget's sizes
 

@@ -13,11 +13,39 @@ from capsbench.cost.memory import StepSpec, cpu_peak_rss, cuda_peak_bytes
 from capsbench.cost.precision import autocast, dtype_label, maybe_compile
 from capsbench.cost.timing import device_label, median_seconds, routing_inputs, routing_modules, time_iterations
 from capsbench.progress import Progress
+from capsbench.reporting.layout import Column, Group, Layout, SweepColumns, TableSpec
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.params import EfficiencyParams
 
 log = logging.getLogger(__name__)
 MIB = 2**20
+TIMING = ("device", "dtype")  # how timings were taken: stated under the tables, never columns
+LAYOUT = Layout((
+    TableSpec("cost", "Cost per model at the budget's size",
+              (Column("params", "params", {"part": "total"}), Column("macs", "MACs", {"part": "total"}, "per image"),
+               Column("latency", "latency", {"batch": 1}, "batch 1"), Column("throughput", "throughput", detail="large batch")),
+              describe=TIMING, notes=("FLOPs = 2 x MACs; MACs count conv, linear and matmul multiply-accumulates",)),
+    TableSpec("parts", "Parameters and MACs per part (encoder, routing weights, decoder)",
+              (SweepColumns("params", "part", "params ({unit})", compare=False),
+               SweepColumns("macs", "part", "MACs per image ({unit})", compare=False),
+               SweepColumns("elementwise_ops", "part", "elementwise ops per image ({unit})", compare=False))),
+    TableSpec("memory", "Peak memory of one step",
+              (SweepColumns("peak_memory", "batch", "inference peak ({unit}) at batch", {"mode": "infer"}),
+               SweepColumns("peak_memory", "batch", "training peak ({unit}) at batch", {"mode": "train"}),
+               SweepColumns("step_memory", "batch", "training step ({unit}) at batch", {"mode": "train"})),
+              describe=("method", *TIMING)),
+    TableSpec("routing", "Routing module time against routing iterations r",
+              (SweepColumns("routing_latency", "r", "routing time ({unit}) at r"),), blocks=Group("batch"), describe=TIMING),
+    TableSpec("routing_iteration", "Time per routing iteration",
+              (SweepColumns("routing_iteration_latency", "batch", "time per iteration ({unit}) at batch"),),
+              blocks=Group("method"), describe=TIMING),
+    TableSpec("counting", "How the MACs were counted: the cross-check and the ops no counter handles",
+              (Column("macs", "MACs", {"part": "total"}, "fvcore + handles", compare=False),
+               Column("flopcounter_macs", "MACs", detail="FlopCounterMode", compare=False),
+               SweepColumns("uncounted_op_calls", "op", "uncounted ({unit}) by op"))),
+    TableSpec("modules", "MACs per top-level module", (Column("module_macs", "MACs", detail="per image", compare=False),),
+              rows=("module",)),
+))
 
 
 class EfficiencySuite(Suite):
@@ -41,6 +69,7 @@ class EfficiencySuite(Suite):
         Metric("routing_latency", "ms", False, "median time of the routing module at r iterations"),
         Metric("routing_iteration_latency", "ms", False, "time per routing iteration (method column says how)"),
     )
+    layout = LAYOUT
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p: EfficiencyParams = ctx.params

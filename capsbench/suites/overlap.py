@@ -11,6 +11,7 @@ from capsbench.data import DATASETS
 from capsbench.data.multimnist import PairRecipe, bounding_boxes, box_overlap, pair_labels, render
 from capsbench.data.multimnist_protocol import MultiMNISTProtocol, both_correct, digits_found
 from capsbench.evaluation import correct
+from capsbench.reporting.layout import Column, Layout, TableSpec
 from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.params import OverlapParams
@@ -26,6 +27,12 @@ class OverlapSuite(Suite):
         Metric("single_digit_accuracy", "%", True, "top-1 accuracy on single MNIST test digits centred on the canvas"),
         Metric("box_overlap", "%", None, "mean intersection of the two digits' shifted bounding boxes over the smaller box"),
     )
+    layout = Layout((TableSpec(
+        "overlap", "Overlapping digits (MultiMNIST): a pair counts only when its two digits are the two top classes",
+        (Column("both_correct_accuracy", "both correct"), Column("both_correct_error", "error"),
+         Column("per_digit_accuracy", "per digit"), Column("single_digit_accuracy", "single digit"),
+         Column("box_overlap", "box overlap")),
+    ),))
     Params = OverlapParams
 
     def protocol(self, cfg: Any) -> MultiMNISTProtocol:

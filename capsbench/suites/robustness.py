@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -16,14 +17,23 @@ from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, wors
 from capsbench.data import as_images, batches
 from capsbench.detection import Detector
 from capsbench.evaluation import predict
-from capsbench.plots import STYLE, SweepPlot
 from capsbench.progress import Progress
+from capsbench.reporting.figures import STYLE
+from capsbench.reporting.layout import Column, FlagColumn, Group, Layout, SweepColumns, SweepPlot, TableSpec
 from capsbench.stats import accuracy_fields
 from capsbench.suites import robustness_detection as detection
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
 from capsbench.suites.robustness_params import RobustnessParams
 from capsbench.suites.robustness_params import eps_grid as _grid
+
+FLAG_SYMBOLS = {"eps0_equals_clean": "0", "pgd_not_weaker_than_fgsm": "F", "monotone_in_eps": "M",
+                "blackbox_not_stronger": "B", "near_zero_at_max_eps": "Z", "adaptive_stronger": "A"}
+ATTACK_ORDER = ("worst_case", "pgd_detect_aware", "pgd_adaptive", "vote", "pgd", "fgsm", "square")  # the strongest first
+ATTACKS_SHOWN = Group("attack", ATTACK_ORDER, {"worst_case": "worst case", "pgd_detect_aware": "PGD detection-aware",
+                                                "pgd_adaptive": "PGD adaptive", "vote": "Vote", "pgd": "PGD",
+                                                "fgsm": "FGSM", "square": "Square"})
+EPS_COLUMNS = SweepColumns("robust_accuracy", "eps", "robust accuracy ({unit}) at eps", drop=(0.0,))  # eps 0 = clean
 
 
 def settings(params: Any, num_classes: int) -> AttackSettings:
@@ -59,8 +69,25 @@ class RobustnessSuite(Suite):
     )
     sweep_columns = ("attack", "eps", "check")
     detail_columns = ("reason",)
-    table_metrics = ("clean_accuracy", "robust_accuracy", "correct_or_detected", "sanity_flags")
-    plots = (SweepPlot("robust_accuracy_vs_eps", "robust_accuracy", "eps", facet="attack", ylabel="robust accuracy [%]"),)
+    layout = Layout(
+        tables=(
+            TableSpec("worst_case", "Robust accuracy under the per-image worst case over all attacks (L-inf)",
+                      (Column("clean_accuracy", "clean"), replace(EPS_COLUMNS, where={"attack": WORST_CASE}),
+                       FlagColumn("sanity_flag", "check", FLAG_SYMBOLS, CHECKS))),
+            TableSpec("attacks", "Robust accuracy per attack (L-inf)", (EPS_COLUMNS,), blocks=ATTACKS_SHOWN,
+                      drop={"attack": (WORST_CASE,)}),
+            TableSpec("detection", "Correct or flagged by the reconstruction detector under attack (L-inf)",
+                      (Column("detection_false_positive_rate", "clean flagged"),
+                       SweepColumns("correct_or_detected", "eps", "correct or detected ({unit}) at eps")),
+                      blocks=ATTACKS_SHOWN),
+        ),
+        figures=(
+            SweepPlot("worst_case_vs_eps", ("robust_accuracy",), "eps", keep={"attack": (WORST_CASE,)},
+                      xlabel="eps (L-inf, pixels in [0, 1])", ylabels=("worst-case robust accuracy (%)",)),
+            SweepPlot("robust_accuracy_vs_eps", ("robust_accuracy",), "eps", facet=ATTACKS_SHOWN, drop={"attack": ("square",)},
+                      xlabel="eps", ylabels=("robust accuracy (%)",)),
+        ),
+    )
     Params = RobustnessParams
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import torch
 from capsbench.cost.precision import autocast, maybe_compile
 from capsbench.cost.timing import median_seconds
 from capsbench.models import MODELS
-from capsbench.plots import SweepPlot
+from capsbench.reporting.layout import Column, Layout, SweepPlot, TableSpec
 from capsbench.suites.accuracy import accuracy_records
 from capsbench.suites.base import Context, Metric, Suite, Variant
 from capsbench.suites.params import RoutingParams
@@ -27,9 +27,15 @@ class RoutingSuite(Suite):
         Metric("latency", "ms", False, "median forward time at batch 1 (eval, no grad)"),
         Metric("throughput", "img/s", True, "large batch / median forward time"),
     )
-    plots = (
-        SweepPlot("accuracy_vs_r", "test_accuracy", "r", xlabel="routing iterations r", ylabel="test accuracy [%]"),
-        SweepPlot("latency_vs_r", "latency", "r", xlabel="routing iterations r", ylabel="latency at batch 1 [ms]"),
+    layout = Layout(
+        tables=(TableSpec(
+            "routing", "Routing iterations r: test accuracy and cost",
+            (Column("test_accuracy", "accuracy"), Column("test_error", "error"), Column("latency", "latency", detail="batch 1"),
+             Column("throughput", "throughput", detail="large batch")),
+            rows=("r",),
+        ),),
+        figures=(SweepPlot("routing_ablation", ("test_accuracy", "latency"), "r", xlabel="routing iterations r",
+                           ylabels=("test accuracy (%)", "latency (ms)")),),
     )
 
     def variants(self, cfg: Any, model_name: str) -> list[Variant]:

@@ -1,0 +1,141 @@
+"""Figures in one house style, sized for one column of a two-column paper (3.3 in wide): metrics against a sweep
+with Wilson-interval (one seed) or std (several seeds) bands, accuracy against MACs; saved as PDF and PNG."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: files only
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from capsbench.atomic import atomic_file  # noqa: E402
+from capsbench.reporting.frame import ordered_values, select  # noqa: E402
+from capsbench.reporting.layout import SweepPlot  # noqa: E402
+
+WIDTH = 3.3  # inches: one column of a two-column paper
+STYLE = {
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
+    "legend.fontsize": 7, "lines.linewidth": 1.2, "lines.markersize": 3, "axes.grid": True, "grid.alpha": 0.3,
+    "grid.linewidth": 0.5, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 150,
+    "savefig.dpi": 300, "pdf.fonttype": 42,
+}
+PALETTE = plt.get_cmap("tab10").colors
+
+
+def model_color(model: str) -> tuple[float, ...]:
+    """The same colour for a model in every figure: its position in the model registry (torch-free)."""
+    from capsbench.models import MODELS
+
+    names = MODELS.names()
+    return PALETTE[(names.index(model) if model in names else len(names) + sum(map(ord, model))) % len(PALETTE)]
+
+
+def sweep_figure(frame: pd.DataFrame, spec: SweepPlot, suite: Any) -> Figure | None:
+    """spec's metrics against spec.x from tidy records; None when the records have nothing to draw."""
+    data = select(frame[frame["metric"].isin(spec.metrics)], spec.keep, spec.drop)
+    facets = ordered_values(data, spec.facet.by, spec.facet.order) if spec.facet else [None]
+    panels = [(m, f) for m in spec.metrics for f in facets if not _panel(data, spec, m, f).dropna(subset=[spec.x]).empty]
+    if not panels:
+        return None
+    several = len(ordered_values(data, "dataset")) > 1
+    cols = 1 if len(panels) == 1 else 2
+    rows = math.ceil(len(panels) / cols)
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.2 if rows == cols == 1 else 1.6 * rows), squeeze=False,
+                                 sharex=spec.share_x, sharey=len(spec.metrics) == 1)
+        handles: dict[str, Any] = {}
+        for k, (metric, facet) in enumerate(panels):
+            ax = axes.flat[k]
+            _draw(ax, _panel(data, spec, metric, facet), spec.x, several, handles)
+            unit = suite.metric(metric).unit
+            if k % cols == 0 or len(spec.metrics) > 1:
+                ax.set_ylabel(spec.ylabels[spec.metrics.index(metric)] if spec.ylabels
+                              else f"{metric.replace('_', ' ')} ({unit})")
+            if k + cols >= len(panels):  # nothing below: this panel carries the x axis
+                ax.set_xlabel(spec.xlabel or spec.x)
+                ax.xaxis.set_tick_params(labelbottom=True)
+            if facet is not None:
+                ax.set_title(spec.facet.label(facet))
+        for ax in axes.flat[len(panels):]:
+            ax.set_visible(False)
+        fig.legend(handles.values(), handles.keys(), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                   ncol=min(3, len(handles)), frameon=False)
+        fig.tight_layout(pad=0.3, w_pad=1.0)
+    return fig
+
+
+def _panel(data: pd.DataFrame, spec: SweepPlot, metric: str, facet: Any) -> pd.DataFrame:
+    part = data[data["metric"] == metric]
+    return part if facet is None else select(part, {spec.facet.by: facet})
+
+
+def _draw(ax: Any, part: pd.DataFrame, x: str, several: bool, handles: dict[str, Any]) -> None:
+    """One line per model with its band; a model without x values is a dashed reference line."""
+    for (model, dataset), rows in part.groupby(["model", "dataset"], sort=False):
+        label = f"{model} / {dataset}" if several else model
+        color = model_color(model)
+        swept = rows.dropna(subset=[x])
+        if swept.empty:
+            handles.setdefault(label, ax.axhline(rows["value"].mean(), color=color, linestyle="--", linewidth=1.0))
+            continue
+        stats = _stats(swept, x)
+        (line,) = ax.plot(stats.index, stats["mean"], marker="o", color=color)
+        if stats["low"].notna().any():
+            ax.fill_between(stats.index, stats["low"], stats["high"], color=color, alpha=0.18, linewidth=0)
+        handles.setdefault(label, line)
+    if len(part) and all(float(v).is_integer() for v in part[x].dropna()):
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+
+
+def _stats(rows: pd.DataFrame, x: str) -> pd.DataFrame:
+    """Per x: mean, and the band: mean ± sample std over seeds, or the one seed's Wilson interval."""
+    out = []
+    for xv, g in rows.groupby(rows[x].astype(float), sort=True):
+        mean = g["value"].astype(float).mean()
+        if g["seed"].nunique() > 1:
+            std = g["value"].astype(float).std()
+            low, high = mean - std, mean + std
+        elif "ci_low" in g and g["ci_low"].notna().all():
+            low, high = float(g["ci_low"].iloc[0]), float(g["ci_high"].iloc[0])
+        else:
+            low = high = float("nan")
+        out.append({"x": xv, "mean": mean, "low": low, "high": high})
+    return pd.DataFrame(out).set_index("x")
+
+
+def accuracy_vs_cost(points: pd.DataFrame, *, xlabel: str, ylabel: str) -> Figure:
+    """One point per model (columns model, cost, mean, low, high): accuracy against cost on a log axis, with the
+    interval as error bars and the model's name beside its point."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(WIDTH, 2.4))
+        for p in points.itertuples(index=False):
+            color = model_color(p.model)
+            err = [[p.mean - p.low], [p.high - p.mean]] if pd.notna(p.low) else None
+            ax.errorbar([p.cost], [p.mean], yerr=err, fmt="o", color=color, capsize=2)
+            ax.annotate(p.model, (p.cost, p.mean), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.margins(x=0.25, y=0.15)
+        fig.tight_layout(pad=0.3)
+    return fig
+
+
+def save_figure(fig: Figure, stem: Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Write `stem.png` and `stem.pdf` atomically and close the figure."""
+    paths = []
+    for fmt in formats:
+        path = stem.with_suffix(f".{fmt}")
+        with atomic_file(path, "wb") as fh:
+            fig.savefig(fh, format=fmt, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+

@@ -1,0 +1,100 @@
+"""Tidy records as a DataFrame in a fixed column order, their aggregation over seeds, and the sweep-value matching
+every table and figure uses (1 == 1.0, so values read back from CSV match the ones a suite wrote)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+RECORD_COLUMNS = ["suite", "model", "dataset", "seed", "metric", "value"]
+UNCERTAINTY_COLUMNS = ["n", "ci_low", "ci_high", "outcomes"]  # accuracy records: images, 95 % Wilson interval, per image
+UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
+
+
+def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
+    """Tidy records as a DataFrame with the fixed columns first, then the suite's sweep columns, then the uncertainty
+    and detail columns the records carry."""
+    frame = pd.DataFrame.from_records(records)
+    for col in [*RECORD_COLUMNS, *suite.sweep_columns]:
+        if col not in frame:
+            frame[col] = pd.NA
+    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED) if c in frame]
+    return frame[[*RECORD_COLUMNS, *suite.sweep_columns, *extra]]
+
+
+def aggregate(frame: pd.DataFrame, suite: Any) -> pd.DataFrame:
+    """Mean, sample std (ddof=1; NaN for one seed) and n over seeds per (model, dataset, metric, sweep); with the
+    images per seed and, for one seed, its Wilson interval where the records carry them."""
+    keys = ["model", "dataset", "metric", *suite.sweep_columns]
+    grouped = frame.groupby(keys, dropna=False, sort=False)
+    agg = grouped["value"].agg(mean="mean", std="std", n="count")
+    if "n" in frame:
+        agg["images"] = grouped["n"].max()
+        agg["ci_low"], agg["ci_high"] = grouped["ci_low"].first(), grouped["ci_high"].first()
+    return agg.reset_index()
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Sweep values compare as numbers when both are numbers (r=1 equals r=1.0), else as text."""
+    if _missing(a) or _missing(b):
+        return _missing(a) and _missing(b)
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (not isinstance(v, str) and bool(pd.isna(v)))
+
+
+def value_mask(frame: pd.DataFrame, column: str, values: tuple[Any, ...]) -> np.ndarray:
+    """Rows whose `column` equals any of `values`; a column the frame lacks matches nothing."""
+    if column not in frame:
+        return np.zeros(len(frame), dtype=bool)
+    return np.array([any(same_value(v, w) for w in values) for v in frame[column]], dtype=bool)
+
+
+def select(frame: pd.DataFrame, keep: Mapping[str, Any] | None = None,
+           drop: Mapping[str, tuple[Any, ...]] | None = None) -> pd.DataFrame:
+    """The rows with every `keep` value (a scalar, or a tuple of accepted values) and none of the `drop` values."""
+    mask = np.ones(len(frame), dtype=bool)
+    for col, val in (keep or {}).items():
+        mask &= value_mask(frame, col, val if isinstance(val, tuple) else (val,))
+    for col, vals in (drop or {}).items():
+        mask &= ~value_mask(frame, col, vals)
+    return frame[mask]
+
+
+def ordered_values(frame: pd.DataFrame, column: str, first: tuple[Any, ...] = (), numeric: bool = False) -> list[Any]:
+    """Distinct non-missing values of a column: `first` (those present) in its order, then the rest in record
+    order, or ascending when `numeric` and every value is a number."""
+    seen: list[Any] = []
+    for v in frame[column] if column in frame else ():
+        if not _missing(v) and not any(same_value(v, s) for s in seen):
+            seen.append(v)
+    if numeric and all(_number(v) for v in seen):
+        seen.sort(key=float)
+    head = [v for f in first for v in seen if same_value(v, f)]
+    return head + [v for v in seen if not any(same_value(v, h) for h in head)]
+
+
+def _number(v: Any) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(v, str) or v.strip() != ""
+
+
+def format_sweep(value: Any) -> str:
+    """A sweep value as text: numbers in the shortest form (0.05, 3), anything else as it is."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, str):
+        return str(value)
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)

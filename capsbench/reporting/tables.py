@@ -1,0 +1,274 @@
+"""Tables from tidy records by a suite's layout: cells over seeds, the significantly best cell per column (never
+ties, never descriptive columns), published numbers beside measured ones, and the footnotes that explain them."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from capsbench.reporting.frame import UNDERTRAINED, format_sweep, ordered_values, select, value_mask
+from capsbench.reporting.layout import Column, FlagColumn, Layout, SweepColumns, TableSpec
+from capsbench.reporting.model import Flags, Header, Measured, Table, split_parts
+from capsbench.reporting.published import PublishedIndex
+from capsbench.reporting.significance import Cell, best_row
+from capsbench.stats import decode_outcomes
+
+UNDERTRAINED_MARK = "†"
+RowKey = tuple[str, ...]  # (block, model, dataset, *row sweeps) as text; block "" without blocks
+
+
+def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list[dict[str, Any]] | None = None,
+                 notes: Sequence[str] = ()) -> list[Table]:
+    """Every table of the layout that has records (split tables once per value, long ones in parts); the suite's
+    `notes` go under the first."""
+    index = PublishedIndex(reported or [])
+    out: list[Table] = []
+    for spec in layout.tables:
+        data = select(frame[frame["metric"].isin(spec.metrics)], spec.keep, spec.drop)
+        groups = ordered_values(data, spec.split.by, spec.split.order) if spec.split else [None]
+        for value in groups:
+            part = data
+            name, title = spec.name, spec.title
+            if spec.split and value is not None:
+                part = data[value_mask(data, spec.split.by, (value,)) | data[spec.split.by].isna()]
+                name, title = f"{spec.name}-{_slug(format_sweep(value))}", f"{spec.title}: {spec.split.label(value)}"
+            if part.empty:
+                continue
+            table = _Builder(frame, part, suite, spec, index, {} if value is None else {spec.split.by: value}).build(name, title)
+            if table.rows:
+                out += split_parts(table, spec.max_columns)
+    if out:
+        out[0].notes += list(notes)
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "value"
+
+
+class _Builder:
+    """Builds one table: rows from the records, then headers and cells column by column."""
+
+    def __init__(self, frame: pd.DataFrame, data: pd.DataFrame, suite: Any, spec: TableSpec, index: PublishedIndex,
+                 fixed: dict[str, Any]) -> None:
+        self.frame, self.data, self.suite, self.spec, self.index, self.fixed = frame, data, suite, spec, index, fixed
+        self.models = ordered_values(frame, "model")
+        self.datasets = ordered_values(frame, "dataset")
+        self.undertrained = _undertrained(frame)
+        self.blocks = ordered_values(data, spec.blocks.by, spec.blocks.order) if spec.blocks else []
+        self.keys = self._row_keys()
+        self.compared = False  # whether any column names a best cell
+        self.table = Table(name="", title="", index_names=self._index_names(), rows=[self._labels(k) for k in self.keys],
+                           headers=[], blocked=spec.blocks is not None)
+
+    def build(self, name: str, title: str) -> Table:
+        t = self.table
+        t.name, t.title = name, title
+        for col in self.spec.columns:
+            if isinstance(col, FlagColumn):
+                self._flags(col)
+            elif isinstance(col, SweepColumns):
+                unit = self.suite.metric(col.metric).unit
+                group = col.header.format(unit=unit) if "{unit}" in col.header else f"{col.header} ({unit})"
+                records = select(self.data[self.data["metric"] == col.metric], col.where, {col.over: col.drop})
+                for v in ordered_values(records, col.over, numeric=True):
+                    header = Header(f"{col.metric}|{col.over}={v}|{len(t.headers)}", format_sweep(v), unit, group=group,
+                                    metric=col.metric, over=col.over)
+                    self._measured(header, select(records, {col.over: v}), {**col.where, col.over: v}, col.compare)
+            else:
+                header = Header(f"{col.metric}|{len(t.headers)}", col.label, self.suite.metric(col.metric).unit, col.detail, metric=col.metric)
+                self._measured(header, select(self.data[self.data["metric"] == col.metric], col.where), dict(col.where),
+                               col.compare)
+        t.notes = self._notes()
+        keep = sorted({i for i, _ in t.cells})
+        return _drop_empty_rows(t, keep)
+
+    # rows ---------------------------------------------------------------------------------------------------
+    def _row_keys(self) -> list[RowKey]:
+        keys: set[RowKey] = set()
+        for r in self.data.itertuples(index=False):
+            block = getattr(r, self.spec.blocks.by) if self.spec.blocks else ""
+            if self.spec.blocks and pd.isna(block):
+                continue  # a record of every block (e.g. clean accuracy beside per-attack rows) defines no row
+            keys.add(self._key(r, block))
+        block_pos = {format_sweep(b): i for i, b in enumerate(self.blocks)}
+        model_pos = {m: i for i, m in enumerate(self.models)}
+        data_pos = {d: i for i, d in enumerate(self.datasets)}
+
+        sweep_pos = [{format_sweep(v): i for i, v in enumerate(ordered_values(self.data, c, numeric=True))} for c in self.spec.rows]
+
+        def order(k: RowKey) -> tuple:  # blocks, models and datasets as declared or recorded; numbers ascending
+            sweeps = tuple(pos.get(v, len(pos)) for pos, v in zip(sweep_pos, k[3:]))
+            return (block_pos.get(k[0], 0), model_pos[k[1]], data_pos[k[2]], *sweeps)
+
+        return sorted(keys, key=order)
+
+    def _key(self, r: Any, block: Any) -> RowKey:
+        sweeps = tuple("" if pd.isna(getattr(r, c)) else format_sweep(getattr(r, c)) for c in self.spec.rows)
+        return ("" if block == "" else format_sweep(block), r.model, r.dataset, *sweeps)
+
+    def _index_names(self) -> list[str]:
+        head = [self.spec.blocks.header or self.spec.blocks.by] if self.spec.blocks else []
+        return [*head, "model", *self.spec.rows]
+
+    def _labels(self, key: RowKey) -> tuple[str, ...]:
+        model = key[1] + (f" / {key[2]}" if len(self.datasets) > 1 else "")
+        model += UNDERTRAINED_MARK if (key[1], key[2]) in self.undertrained else ""
+        block = [self.spec.blocks.label(next(b for b in self.blocks if format_sweep(b) == key[0]))] if self.spec.blocks else []
+        return (*block, model, *(v or "–" for v in key[3:]))
+
+    # cells --------------------------------------------------------------------------------------------------
+    def _buckets(self, records: pd.DataFrame) -> dict[RowKey, list[Any]]:
+        out: dict[RowKey, list[Any]] = defaultdict(list)
+        for r in records.itertuples(index=False):
+            block = getattr(r, self.spec.blocks.by) if self.spec.blocks else ""
+            key = self._key(r, "" if self.spec.blocks and pd.isna(block) else block)
+            if self.spec.blocks and key[0] == "":
+                for b in self.blocks:  # one value shared by every block
+                    out[(format_sweep(b), *key[1:])].append(r)
+            else:
+                out[key].append(r)
+        return out
+
+    def _measured(self, header: Header, records: pd.DataFrame, context: dict[str, Any], compare: bool) -> None:
+        t, metric = self.table, self.suite.metric(header.metric)
+        buckets = self._buckets(records)
+        per_block: dict[str, dict[str, Cell]] = defaultdict(dict)
+        cells = {}
+        for i, key in enumerate(self.keys):
+            rows = buckets.get(key, [])
+            if not rows:
+                continue
+            cell = self._cell(header, key, rows)
+            cells[i] = cell
+            if (key[1], key[2]) not in self.undertrained:
+                per_block[key[0]][str(i)] = _significance_cell(rows)
+        if not cells:
+            return
+        t.headers.append(header)
+        for i, cell in cells.items():
+            t.cells[(i, header.key)] = cell
+        if not compare:
+            return  # a breakdown: compared neither between rows nor with papers
+        if metric.higher_is_better is not None:
+            self.compared = True
+            for block in per_block.values():
+                verdict = best_row(block, higher_is_better=metric.higher_is_better, exact=metric.exact)
+                if verdict.best is not None:
+                    t.best.add((int(verdict.best), header.key))
+        self._published(header, context, buckets)
+
+    def _cell(self, header: Header, key: RowKey, rows: list[Any]) -> Measured:
+        seeds = [int(r.seed) for r in rows]
+        if len(set(seeds)) != len(seeds):
+            varying = [c for c in self.suite.sweep_columns if c not in self.spec.describe
+                       and len({format_sweep(getattr(r, c)) for r in rows}) > 1]
+            raise ValueError(f"table {self.spec.name!r}, column {header.label!r}, row {key[1]}: several records per seed "
+                             f"differ in {varying or 'nothing'}; fix the suite's layout (add them to `where`, `rows` or `describe`)")
+        values = [float(r.value) for r in rows]
+        std = float(pd.Series(values).std()) if len(values) > 1 else None
+        interval = None
+        if len(rows) == 1 and _has(rows[0], "ci_low"):
+            interval = (float(rows[0].ci_low), float(rows[0].ci_high), int(float(rows[0].n)))
+        return Measured(sum(values) / len(values), std, len(values), interval)
+
+    def _published(self, header: Header, context: dict[str, Any], buckets: dict[RowKey, list[Any]]) -> None:
+        t = self.table
+        found = {}
+        for i, key in enumerate(self.keys):
+            row_context = {**self.fixed, **context, **dict(zip(self.spec.rows, key[3:]))}
+            if self.spec.blocks:
+                row_context[self.spec.blocks.by] = key[0]
+            described = {c: {format_sweep(getattr(r, c)) for r in buckets.get(key, []) if not pd.isna(getattr(r, c))}
+                         for c in self.spec.describe}
+            entry = self.index.find(key[1], key[2], header.metric, {k: v for k, v in row_context.items() if v != ""}, described)
+            if entry is not None:
+                found[i] = entry
+        if not found:
+            return
+        label, detail = (f"{header.over}={header.label}", "published") if header.over else (header.label, "published")
+        detail += f", {header.detail}" if header.detail else ""
+        pub = Header(f"{header.key}|published", label, header.unit, detail, header.group, "published", header.metric)
+        t.headers.append(pub)
+        for i, entry in found.items():
+            t.cells[(i, pub.key)] = self.index.cell(entry, t.references)
+
+    def _flags(self, col: FlagColumn) -> None:
+        records = self.data[self.data["metric"] == col.metric]
+        fired: dict[int, set[str]] = {}
+        for key, rows in self._buckets(records).items():
+            if key in self.keys:
+                fired[self.keys.index(key)] = {getattr(r, col.by) for r in rows if float(r.value) == 1.0}
+        if not fired:
+            return
+        header = Header(f"{col.metric}|flags", col.label, kind="flags")
+        self.table.headers.append(header)
+        for i, checks in fired.items():
+            self.table.cells[(i, header.key)] = Flags(tuple(col.symbols[c] for c in col.explain if c in checks))
+
+    # notes --------------------------------------------------------------------------------------------------
+    def _notes(self) -> list[str]:
+        t, notes = self.table, []
+        for col in self.spec.columns:
+            if isinstance(col, FlagColumn) and any(h.kind == "flags" for h in t.headers):
+                legend = "; ".join(f"{col.symbols[c]} = {c} ({text})" for c, text in col.explain.items())
+                notes.append(f"{col.label}: the checks that fired in any seed: {legend}; ok = none fired")
+        notes += list(self.spec.notes)
+        for c in self.spec.describe:
+            values = ordered_values(self.data, c)
+            if values:
+                notes.append(f"{c}: {', '.join(format_sweep(v) for v in values)}")
+        if any(UNDERTRAINED_MARK in label for row in t.rows for label in row):
+            notes.append(f"{UNDERTRAINED_MARK} undertrained: validation accuracy stayed below the floor; never compared")
+        notes.append(_cells_note(t, self.compared))
+        return notes
+
+
+def _cells_note(t: Table, compared: bool) -> str:
+    measured = [c for c in t.cells.values() if isinstance(c, Measured)]
+    seeds = sorted({c.seeds for c in measured})
+    images = sorted({c.interval[2] for c in measured if c.interval})
+    text = f"{'/'.join(map(str, seeds))} seed(s)" + ("; mean ± sample std" if max(seeds, default=1) > 1 else "")
+    if len(seeds) > 1:
+        text += " ((n=k): a cell with fewer seeds)"
+    if images:
+        text += f"; one seed: value and its 95 % Wilson interval over {'/'.join(map(str, images))} test images"
+    if compared:
+        text += ("; bold: significantly better than the runner-up (paired McNemar on the same images, else Welch's "
+                 "t-test across seeds, p < 0.05), nothing bold where no model is")
+    return text
+
+
+def _significance_cell(rows: list[Any]) -> Cell:
+    cell = Cell()
+    for r in rows:
+        cell.values[int(r.seed)] = float(r.value)
+        if _has(r, "outcomes") and isinstance(r.outcomes, str):
+            cell.outcomes[int(r.seed)] = decode_outcomes(r.outcomes, int(float(r.n)))
+    return cell
+
+
+def _has(r: Any, column: str) -> bool:
+    v = getattr(r, column, None)
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and not pd.isna(v)
+
+
+def _undertrained(frame: pd.DataFrame) -> set[tuple[str, str]]:
+    if UNDERTRAINED not in frame:
+        return set()
+    flagged = frame[frame[UNDERTRAINED].fillna(False).astype(bool)]
+    return set(zip(flagged["model"], flagged["dataset"]))
+
+
+def _drop_empty_rows(t: Table, keep: list[int]) -> Table:
+    new = {old: i for i, old in enumerate(keep)}
+    t.rows = [t.rows[i] for i in keep]
+    t.cells = {(new[i], k): c for (i, k), c in t.cells.items()}
+    t.best = {(new[i], k) for i, k in t.best}
+    return t
+

@@ -1,0 +1,125 @@
+"""LaTeX that compiles: every suite's tables (hand-chosen records and records of real smoke runs) and the standalone
+report.tex, built by a real TeX engine inside a minimal article; an error, a missing glyph or any overfull box fails.
+
+Locally the tests skip without a TeX engine; in CI (CI=true) they fail instead, and .ci/run installs the engine."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import report_fixtures as fixtures
+
+from capsbench.claims import load_claims
+from capsbench.reporting import claims as verdicts
+from capsbench.reporting.document import Document, Run, Section, render_latex
+from capsbench.reporting.outputs import write_suite
+from capsbench.suites import CATALOG, SUITES
+
+INSTALL = "apt-get install -y --no-install-recommends texlive-latex-recommended latexmk"
+SMOKE = Path(__file__).parent / "fixtures" / "smoke"  # records.csv of smoke runs of each suite, kept: no training here
+PREAMBLE = "\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\tracinglostchars=2\n"
+OVERFULL = re.compile(r"^Overfull \\[hv]box \(([0-9.]+)pt too (?:wide|high)\)", re.MULTILINE)
+HAND = {
+    "accuracy": (fixtures.accuracy, fixtures.accuracy_published), "affine": (fixtures.affine, list),
+    "efficiency": (fixtures.efficiency, fixtures.efficiency_published), "overlap": (fixtures.overlap, fixtures.overlap_published),
+    "robustness": (fixtures.robustness, list), "routing": (fixtures.routing, list),
+}
+
+
+def engine() -> list[str]:
+    """latexmk (reruns until references settle), else pdflatex once; skip without either, but never in CI."""
+    if shutil.which("latexmk") and shutil.which("pdflatex"):
+        return ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"]
+    if shutil.which("pdflatex"):
+        return ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"]
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must compile the LaTeX, but no TeX engine was found; install it with `{INSTALL}` (.ci/run does)")
+    pytest.skip(f"no TeX engine: install one to run the LaTeX tests (Debian/Ubuntu: `{INSTALL}`, about a minute)")
+
+
+def overflow_pt(log: str) -> list[float]:
+    """How far each overfull box in a TeX log sticks out, in pt."""
+    return [float(m) for m in OVERFULL.findall(log)]
+
+
+def compile_latex(source: str, workdir: Path) -> None:
+    """Compile `source` as doc.tex in workdir; fail on an error, a missing character or any overfull box."""
+    (workdir / "doc.tex").write_text(source)
+    run = subprocess.run(engine(), cwd=workdir, capture_output=True, text=True, timeout=300)
+    log = (workdir / "doc.log").read_text(errors="replace") if (workdir / "doc.log").exists() else run.stdout
+    assert run.returncode == 0, f"TeX failed:\n{log[-4000:]}"
+    errors = [line for line in log.splitlines() if line.startswith(("Missing character", "!"))]
+    assert not errors, "\n".join(errors)
+    overfull = [line for line in log.splitlines() if line.startswith("Overfull")]
+    assert overflow_pt(log) == [], f"{sum(overflow_pt(log)):.1f} pt of overfull boxes:\n" + "\n".join(overfull)
+    assert (workdir / "doc.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_overflow_is_read_from_the_log_in_pt():
+    log = "Overfull \\hbox (4.13747pt too wide) in paragraph at lines 33--57\n[][]\nUnderfull \\hbox (badness 10000)\n"
+    assert overflow_pt(log) == [4.13747]
+    assert overflow_pt("Overfull \\vbox (2.5pt too high) has occurred") == [2.5]
+
+
+def suite_records(name: str) -> list[tuple[str, list[dict], list[dict]]]:
+    """(label, records, published) of the suite: the hand-chosen records and those of a real smoke run."""
+    make, published = HAND[name]
+    smoke = pd.read_csv(SMOKE / f"{name}.csv").to_dict("records")
+    return [("hand", make(), published()), ("smoke", smoke, [])]
+
+
+def notes(name: str, records: list[dict]) -> list[str]:
+    return SUITES.get(name)().notes(records, CATALOG.get(name).params())
+
+
+def test_every_suite_has_latex_fixtures():
+    assert set(HAND) == set(SUITES) == {p.stem for p in SMOKE.glob("*.csv")}
+
+
+@pytest.mark.parametrize("name", sorted(HAND))
+def test_latex_tables_of_every_suite_compile_without_overfull_boxes(name, tmp_path):
+    inputs = []
+    for label, records, published in suite_records(name):
+        output = write_suite(tmp_path / label, records, SUITES.get(name), published, notes=notes(name, records))
+        inputs.append(f"\\input{{{output.paths['table.tex'].relative_to(tmp_path).as_posix()}}}\n\\clearpage")
+    compile_latex(PREAMBLE + "\\begin{document}\n" + "\n".join(inputs) + "\n\\end{document}\n", tmp_path)
+
+
+def test_latex_report_of_every_suite_compiles_on_its_own(tmp_path):
+    root = tmp_path / "report"
+    when = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    sections = []
+    for name in sorted(HAND):
+        _, records, published = suite_records(name)[1]
+        output = write_suite(root / name, records, SUITES.get(name), published, notes=notes(name, records))
+        seeds = {m: sorted({int(r["seed"]) for r in records if r["model"] == m}) for m in dict.fromkeys(r["model"] for r in records)}
+        sections.append(Section(name, SUITES.get(name).description, output, "smoke", "0.1.0", ["mnist"],
+                                [Run("0123456789abcdef", when, "[0]")], seeds,
+                                {"train.epochs": "3", "params.eps.mnist": "[0.0, 0.05, 0.1]", "data.test_subset": "500"},
+                                {m: {"routing_iterations": "3", "decoder_hidden": "[64, 128]"} for m in seeds}))
+    assert all(s.output.figures for s in sections if s.suite in ("affine", "robustness", "routing"))
+    claims = verdicts.judge_all(load_claims(), {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget)
+                                                for s in sections})
+    store = "sqlite:////tmp/pytest-of-root/pytest-61/test_latex_of_the_report_comma0/tracked0/mlflow.db"  # long, as in CI
+    doc = Document(when, f"{store} (experiment capsbench)", "budget=smoke", sections, claims=claims)
+    source = render_latex(doc, root)
+    compile_latex(source, root)
+
+
+def test_latex_of_the_report_command_compiles(tracked_store, tmp_path):
+    from typer.testing import CliRunner
+
+    from capsbench.cli import app
+
+    uri, _, _ = tracked_store
+    result = CliRunner().invoke(app, ["report", f"output_dir={tmp_path}", f"tracking.uri={uri}"])
+    assert result.exit_code == 0, result.output
+    root = tmp_path / "report"
+    compile_latex((root / "report.tex").read_text(), root)
