@@ -134,8 +134,11 @@ def training_roots(model_target: str, protocol: object, loader: object) -> list[
     return roots + ([target.partition(":")[0]] if isinstance(target, str) else [])
 
 
+@functools.cache
 def package_hash(package_dir: Path | None = None) -> str:
-    """One sha256 over every module of the package (code only, as above): any change to measuring code changes it."""
+    """One sha256 over every module of the package (code only, as above): any change to measuring code changes it.
+    Computed once per process: the code a process runs is the code it imported, so edits made to the files while
+    a run is under way must not change the keys of its units between planning and writing the tables."""
     package_dir = package_dir or PACKAGE_DIR
     files = sorted(package_dir.rglob("*.py"))
     parts = [f"{p.relative_to(package_dir).as_posix()}\0{_parsed(p)[0]}\n" for p in files]

@@ -192,3 +192,14 @@ def test_sigkill_after_the_first_unit_then_rerun(tmp_path, mnist_root):
     parents = [r for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
                if "mlflow.parentRunId" not in r.data.tags]
     assert sorted(r.info.status for r in parents) == ["FINISHED", "KILLED"]
+
+
+def test_unit_keys_stay_fixed_while_files_are_edited_under_a_running_driver(tmp_path, monkeypatch):
+    """A run plans its units, files change on disk (a git checkout, an editor), and the same units must still be
+    found when the tables are written: the code hash is the code the process imported."""
+    from capsbench import source_hash
+
+    (unit,) = plan(smoke(tmp_path, "models=[cnn_9x9]"))
+    before = unit.key
+    monkeypatch.setattr(source_hash, "_parsed", lambda path: ("edited", None))
+    assert unit.key == before
