@@ -107,7 +107,8 @@ def _finish(cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult],
     missing = [done[u.key] for u in units if u.key in done and done[u.key].status != "done"]
     records = [r for result in finished for r in result.records]
     if not records:
-        raise CapsbenchError(f"every unit of suite {cfg.suite!r} failed ({missing[0].spec.name}: {missing[0].error}); "
+        cause = f" ({missing[0].spec.name}: {missing[0].error})" if missing else ""
+        raise CapsbenchError(f"no unit of suite {cfg.suite!r} produced records{cause}; "
                              "see the log above, fix the cause and run the same command again")
     out_dir = Path(cfg.output_dir) / cfg.suite
     notes = suite_cls().notes(records, cfg.params) + [
