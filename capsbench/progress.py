@@ -42,7 +42,7 @@ class Progress:
             self._bar.update(n)
         elif self._lines and time.monotonic() - self._last >= LOG_EVERY:
             self._last = time.monotonic()
-            log.info("%s: %s%s", self.desc, self._count(), f" ({self.status})" if self.status else "")
+            log.info("%s: %s", self.desc, self._count())  # the status was logged when it was set
 
     def note(self, status: str) -> None:
         """Set the status: shown beside the bar on a terminal, logged at once (with the count) elsewhere."""

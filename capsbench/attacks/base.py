@@ -32,7 +32,7 @@ class AttackSettings:
     batch_size: int = 500
     early_exit: bool = True
     detection_threshold: float | None = None  # the reconstruction detector that pgd_detect_aware evades
-    detection_weight: float = 1.0  # its penalty: weight x distance / threshold
+    detection_weight: float = 1.0  # its penalty: weight x (distance / threshold - 0.9), where positive
 
 
 @dataclass

@@ -58,9 +58,12 @@ class VoteObjective(Objective):
 
 class DetectionAwareObjective(Objective):
     """Against a reconstruction detector (Qin et al., ICLR 2020, arXiv:1907.02957, sec. 5): the adaptive logits, and
-    as penalty the reconstruction distance in units of the detector's threshold times `weight`, so the attack seeks a
-    misclassified input that also reconstructs well. A flagged input's decision is REJECTED: an image counts as broken
-    only when the model gets it wrong and the detector lets it through."""
+    as penalty `weight` x how far the reconstruction distance exceeds PENALTY_FROM of the detector's threshold (in
+    units of the threshold), so the attack seeks a misclassified input that also reconstructs well, and follows the
+    adaptive attack's path wherever the detector is far. A flagged input's decision is REJECTED: an image counts as
+    broken only when the model gets it wrong and the detector lets it through."""
+
+    PENALTY_FROM = 0.9  # share of the threshold where the penalty starts: iterates are pulled back before a flag
 
     def __init__(self, model: Classifier, *, threshold: float, weight: float) -> None:
         super().__init__(model)
@@ -72,7 +75,8 @@ class DetectionAwareObjective(Objective):
         distance = reconstruction_distance(out, x)  # (B,)
         predicted = out.scores.detach().argmax(dim=1)
         decided = torch.where(distance.detach() > self.threshold, torch.full_like(predicted, REJECTED), predicted)
-        return Judgement(_adaptive_logits(out), decided, self.weight * distance / self.threshold)
+        excess = (distance / self.threshold - self.PENALTY_FROM).clamp(min=0.0)  # (B,)
+        return Judgement(_adaptive_logits(out), decided, self.weight * excess)
 
 
 def _adaptive_logits(out) -> torch.Tensor:

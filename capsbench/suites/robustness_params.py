@@ -30,7 +30,7 @@ class RobustnessParams:
     examples: int = 8  # images in the adversarial-example grid per model
     detection_fpr: float | None = None  # set (e.g. 0.05): reconstruction-based detection for models with a decoder
     detection_val_images: int = 1000  # clean validation images the detector's threshold is set on
-    detection_weight: float = 1.0  # pgd_detect_aware's penalty: weight x reconstruction distance / threshold
+    detection_weight: float = 1.0  # pgd_detect_aware's penalty: weight x (distance / threshold - 0.9), where > 0
 
     @staticmethod
     def validate(cfg: Any) -> None:
