@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from capsbench.attacks.objectives import AdaptiveObjective, VoteObjective
+from capsbench.attacks.base import AttackSettings
+from capsbench.attacks.objectives import AdaptiveObjective, Objective, PreSquashObjective, VoteObjective
 from capsbench.attacks.pgd import PGD
 from capsbench.models import Classifier
 from capsbench.models.base import NotApplicable
@@ -15,12 +16,19 @@ from capsbench.models.base import NotApplicable
 class AdaptivePGD(PGD):
     """`pgd_adaptive`: the same PGD budget as `pgd` (random start, cross-entropy then margin, restarts) on logits that do
     not saturate: log-normalised norms of the class capsules before their squash (CapsNet, Efficient-CapsNet; EM's
-    logits are already pre-sigmoid), with every squash, exp-squash and capsule-activation sigmoid back-propagating as
-    the identity (BPDA). The forward pass, and so every decision, is the exact model."""
+    logits are already pre-sigmoid), first with the exact backward, then, on the images that survive, with every
+    squash, exp-squash and capsule-activation sigmoid back-propagating as the identity (BPDA). Neither pass is
+    stronger on every model: on the quick MNIST CapsNet the exact backward leaves 44.5 % at eps 0.1 where BPDA leaves
+    62.5 %, while Efficient-CapsNet's exp-squash needs BPDA. The forward pass, and so every decision, is the exact
+    model."""
 
     name = "pgd_adaptive"
-    attacks = "log-normalised pre-squash class-capsule norms, straight-through (BPDA) backward through every squash"
-    objective = AdaptiveObjective
+    attacks = ("log-normalised pre-squash class-capsule norms, exact backward, then straight-through (BPDA) backward "
+               "through every squash on the survivors")
+    objectives = (PreSquashObjective, AdaptiveObjective)
+
+    def make_objectives(self, model: Classifier, settings: AttackSettings) -> list[Objective]:
+        return [objective(model) for objective in self.objectives]
 
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:
         if not model.is_capsule:

@@ -26,8 +26,9 @@ class DetectionAwarePGD(AdaptivePGD):
                 return "the model has no reconstruction decoder, so there is no detector to evade"
         return None
 
-    def make_objective(self, model: Classifier, settings: AttackSettings) -> DetectionAwareObjective:
+    def make_objectives(self, model: Classifier, settings: AttackSettings) -> list[DetectionAwareObjective]:
         if settings.detection_threshold is None:
             raise ValueError("pgd_detect_aware needs the detector's threshold: AttackSettings.detection_threshold")
-        return DetectionAwareObjective(model, threshold=settings.detection_threshold, weight=settings.detection_weight)
+        return [DetectionAwareObjective(model, threshold=settings.detection_threshold, weight=settings.detection_weight,
+                                        bpda=bpda) for bpda in (False, True)]  # as pgd_adaptive: exact, then BPDA
 

@@ -35,10 +35,18 @@ class Objective:
         return Judgement(out.logits, out.scores.detach().argmax(dim=1))
 
 
+class PreSquashObjective(Objective):
+    """Squash-aware logits with the exact backward: log-normalised pre-squash norms log(|s_j| / sum |s|) where the
+    model exposes its class capsules before the squash (same argmax as the lengths, no saturation), else its logits."""
+
+    def __call__(self, x: torch.Tensor) -> Judgement:
+        out = self.model(x)
+        return Judgement(_adaptive_logits(out), out.scores.detach().argmax(dim=1))
+
+
 class AdaptiveObjective(Objective):
-    """Squash-aware logits: log-normalised pre-squash norms log(|s_j| / sum |s|) where the model exposes its class
-    capsules before the squash (same argmax as the lengths, no saturation), else its logits; every squash and
-    capsule-activation sigmoid back-propagates as the identity (BPDA). The forward pass is the exact model."""
+    """The same logits with every squash and capsule-activation sigmoid back-propagating as the identity (BPDA), for
+    squashes that saturate (exp-squash, sigmoids). The forward pass is the exact model."""
 
     def __call__(self, x: torch.Tensor) -> Judgement:
         with straight_through():
@@ -65,12 +73,12 @@ class DetectionAwareObjective(Objective):
 
     PENALTY_FROM = 0.9  # share of the threshold where the penalty starts: iterates are pulled back before a flag
 
-    def __init__(self, model: Classifier, *, threshold: float, weight: float) -> None:
+    def __init__(self, model: Classifier, *, threshold: float, weight: float, bpda: bool) -> None:
         super().__init__(model)
-        self.threshold, self.weight = threshold, weight
+        self.threshold, self.weight, self.bpda = threshold, weight, bpda
 
     def __call__(self, x: torch.Tensor) -> Judgement:
-        with straight_through():
+        with straight_through(self.bpda):
             out = self.model(x)
         distance = reconstruction_distance(out, x)  # (B,)
         predicted = out.scores.detach().argmax(dim=1)

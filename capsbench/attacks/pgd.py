@@ -109,8 +109,9 @@ class PGD(Attack):
     def random_start(self) -> bool:
         return True
 
-    def make_objective(self, model: Classifier, settings: AttackSettings) -> Objective:
-        return self.objective(model)
+    def make_objectives(self, model: Classifier, settings: AttackSettings) -> list[Objective]:
+        """What the attack differentiates, in turn: each later objective attacks only what the earlier left."""
+        return [self.objective(model)]
 
     def run(self, model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids: torch.Tensor,
             eps_values: list[float], settings: AttackSettings) -> AttackResult:
@@ -119,35 +120,35 @@ class PGD(Attack):
         image_of_row = torch.arange(n, device=images.device).repeat_interleave(k)  # (N*k,)
         broken = torch.zeros(n * k, dtype=torch.bool, device=images.device)
         adversarial = images[image_of_row].clone()
-        objective = self.make_objective(model, settings)
+        objectives = self.make_objectives(model, settings)
         for start in range(0, n * k, settings.batch_size):
             chunk = torch.arange(start, min(start + settings.batch_size, n * k), device=images.device)
-            self._attack_chunk(objective, images, labels, ids, image_of_row[chunk], eps_all[chunk], settings,
+            self._attack_chunk(objectives, images, labels, ids, image_of_row[chunk], eps_all[chunk], settings,
                                broken, adversarial, chunk)
         return AttackResult(
             broken={e: broken.view(n, k)[:, j] for j, e in enumerate(eps_values)},
             adversarial={e: adversarial.view(n, k, *images.shape[1:])[:, j] for j, e in enumerate(eps_values)},
         )
 
-    def _attack_chunk(self, objective, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk):
-        """Every (restart, loss) run attacks only the rows of this chunk that no earlier run broke."""
-        for restart in range(self.restarts(settings)):
-            for loss in self.losses:
-                alive = ~broken[chunk]
-                if not alive.any():
-                    return
-                rows, img = chunk[alive], image_rows[alive]
-                noise = None
-                if self.random_start():
-                    unique, inverse = img.unique(return_inverse=True)
-                    # Every PGD-family attack starts from the same points for a seed: only its objective differs.
-                    noise = start_noise(ids[unique.cpu()], tuple(images.shape[1:]), seed=settings.seed,
-                                        stream=f"{loss}/{restart}", device=images.device)[inverse]
-                hit, adv = pgd_rows(objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
-                                    step_size=self.step_sizes(eps[alive], settings), loss=loss, noise=noise,
-                                    early_exit=settings.early_exit)
-                broken[rows] = hit
-                adversarial[rows] = adv
+    def _attack_chunk(self, objectives, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk):
+        """Every (objective, restart, loss) run attacks only the rows of this chunk that no earlier run broke."""
+        runs = [(o, r, loss) for o in objectives for r in range(self.restarts(settings)) for loss in self.losses]
+        for objective, restart, loss in runs:
+            alive = ~broken[chunk]
+            if not alive.any():
+                return
+            rows, img = chunk[alive], image_rows[alive]
+            noise = None
+            if self.random_start():
+                unique, inverse = img.unique(return_inverse=True)
+                # Every PGD-family attack starts from the same points for a seed: only its objective differs.
+                noise = start_noise(ids[unique.cpu()], tuple(images.shape[1:]), seed=settings.seed,
+                                    stream=f"{loss}/{restart}", device=images.device)[inverse]
+            hit, adv = pgd_rows(objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
+                                step_size=self.step_sizes(eps[alive], settings), loss=loss, noise=noise,
+                                early_exit=settings.early_exit)
+            broken[rows] = hit
+            adversarial[rows] = adv
 
 
 class FGSM(PGD):

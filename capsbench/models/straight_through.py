@@ -16,9 +16,10 @@ _ACTIVE: ContextVar[bool] = ContextVar("straight_through", default=False)
 
 
 @contextmanager
-def straight_through() -> Iterator[None]:
-    """Inside this block every non-linearity called through `saturating` back-propagates as the identity."""
-    token = _ACTIVE.set(True)
+def straight_through(active: bool = True) -> Iterator[None]:
+    """Inside this block every non-linearity called through `saturating` back-propagates as the identity (with
+    active=False: exactly, as outside)."""
+    token = _ACTIVE.set(active)
     try:
         yield
     finally:
