@@ -56,7 +56,7 @@ def test_editing_shared_training_code_changes_every_key(smoke_cfg, tiny_splits, 
     assert all(after[m] != before[m] for m in MODELS)
 
 
-@pytest.mark.parametrize("module", ["report.py", "cli.py", "tracking/writer.py", "attacks/pgd.py", "suites/robustness.py",
+@pytest.mark.parametrize("module", ["reporting/tables.py", "cli.py", "tracking/writer.py", "attacks/pgd.py", "suites/robustness.py",
                                     "models/__init__.py", "data/catalog.py"])
 def test_editing_code_that_cannot_change_weights_keeps_every_key(smoke_cfg, tiny_splits, package_copy, module):
     before = _keys(smoke_cfg, tiny_splits)
