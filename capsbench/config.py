@@ -40,8 +40,12 @@ class DataConfig:
 class TrainConfig:
     epochs: int = 10
     batch_size: int = 128
-    lr: float = 1e-3  # Adam
-    lr_decay: float = 0.96  # exponential decay factor applied after every epoch
+    lr: float = 1e-3
+    lr_decay: float = 0.96  # factor applied to lr after every epoch, or only at lr_milestones when given
+    optimizer: str = "adam"  # adam | sgd (with momentum)
+    momentum: float = 0.9  # sgd only
+    weight_decay: float = 0.0  # L2 penalty on every parameter, either optimiser
+    lr_milestones: list[int] | None = None  # epochs after which lr is multiplied by lr_decay (a step schedule)
     eval_batch_size: int = 500
     target_val_accuracy: float | None = None  # %: stop after the first epoch whose validation accuracy reaches it
     compile: bool = False  # torch.compile the forward + loss (changes rounding: part of the checkpoint key)

@@ -39,6 +39,7 @@ DATA_RULES: dict[str, Rule] = {
     "max_shift": _at_least(0),
 }
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
+OPTIMISERS = ("adam", "sgd")
 
 
 def check_ranges(node: Any, rules: dict[str, Rule], prefix: str) -> None:
@@ -99,11 +100,13 @@ def validate(cfg: DictConfig, *, explicit_root: str | None) -> None:
         check_model_arguments(name, dict(args or {}))
     check_ranges(cfg.train, TRAIN_RULES, "train")
     check_train_precision(cfg.train, cfg.device, "train")
+    check_optimiser(cfg.train, "train")
     for name in cfg.model_train:
         MODELS.get(name)
         check_ranges(for_model(cfg, name).train, {k: TRAIN_RULES[k] for k in (cfg.model_train[name] or {}) if k in TRAIN_RULES},
                      f"model_train.{name}")
         check_train_precision(for_model(cfg, name).train, cfg.device, f"model_train.{name}")
+        check_optimiser(for_model(cfg, name).train, f"model_train.{name}")
     check_ranges(cfg.data, DATA_RULES, "data")
     DATASETS.get(cfg.dataset)
     if not (cfg.device in ("auto", "cpu", "mps") or cfg.device == "cuda" or _cuda_index(cfg.device)):
@@ -123,6 +126,23 @@ def check_train_precision(train: DictConfig, device: str, where: str = "train") 
     if train.precision == "bf16" and not (device == "auto" or str(device).startswith("cuda")):
         raise CapsbenchError(f"{where}.precision=bf16 trains under bf16 autocast on CUDA only, but device={device}; "
                              f"use {where}.precision=fp32 here, or device=cuda")
+
+
+def check_optimiser(train: DictConfig, where: str) -> None:
+    """The optimiser settings of one train section (the run's, or a model's merged with model_train.<name>)."""
+    from capsbench.registry import close_matches
+
+    if train.optimizer not in OPTIMISERS:
+        raise CapsbenchError(f"{where}.optimizer={train.optimizer!r} is not an optimiser: "
+                             f"{close_matches(str(train.optimizer), list(OPTIMISERS))}")
+    if not 0.0 <= train.momentum < 1.0:
+        raise CapsbenchError(f"{where}.momentum must be in [0, 1), got {train.momentum}; e.g. 0.9")
+    if train.weight_decay < 0.0:
+        raise CapsbenchError(f"{where}.weight_decay must be >= 0, got {train.weight_decay}; e.g. 0.0001")
+    milestones = list(train.lr_milestones or [])
+    if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
+        raise CapsbenchError(f"{where}.lr_milestones must be increasing epoch counts >= 1, got {milestones}; "
+                             f"e.g. [91,136], or null to decay after every epoch")
 
 
 def check_launch(cfg: DictConfig) -> None:

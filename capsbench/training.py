@@ -76,7 +76,28 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
         identity["train"]["compile"] = True
     if t.precision != "fp32":
         identity["train"]["precision"] = t.precision
+    if t.optimizer != "adam":  # likewise the optimiser settings: only where they differ from Adam's defaults
+        identity["train"].update(optimizer=t.optimizer, momentum=t.momentum)
+    if t.weight_decay:
+        identity["train"]["weight_decay"] = t.weight_decay
+    if t.lr_milestones:
+        identity["train"]["lr_milestones"] = list(t.lr_milestones)
     return identity
+
+
+def make_optimiser(model: Classifier, t: DictConfig, device: str = "cpu"
+                   ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """Adam (fused where the device allows, see make_optimizer) or SGD with momentum (train.optimizer), and its
+    per-epoch schedule: lr x lr_decay after every epoch, or only after the epochs in lr_milestones (He et al.'s
+    step schedule)."""
+    if t.optimizer == "sgd":
+        opt: torch.optim.Optimizer = torch.optim.SGD(
+            model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+    else:
+        opt = make_optimizer(model.parameters(), lr=t.lr, device=device, weight_decay=t.weight_decay)
+    if t.lr_milestones:
+        return opt, torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(t.lr_milestones), gamma=t.lr_decay)
+    return opt, torch.optim.lr_scheduler.ExponentialLR(opt, gamma=t.lr_decay)
 
 
 def obtain_model(
@@ -124,7 +145,8 @@ def fit(
     save_progress=None,
     desc: str = "train",
 ) -> dict[str, Any]:
-    """Adam with exponential decay; returns history and loads the best-validation weights into `model`.
+    """Trains with train.optimizer (Adam by default) and its lr schedule; returns history and loads the
+    best-validation weights into `model`.
 
     With train.target_val_accuracy set, training stops after the first epoch whose validation accuracy (%)
     reaches it (models compared at matched validation accuracy, as in Sabour et al.'s affNIST experiment).
@@ -136,8 +158,7 @@ def fit(
     """
     t, device = cfg.train, cfg.device
     check_train_settings(t, device)
-    opt = make_optimizer(model.parameters(), lr=t.lr, device=device)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=t.lr_decay)
+    opt, sched = make_optimiser(model, t, device)
     history: list[dict[str, float]] = []
     best_acc, best_epoch, best_state, first, reached = -1.0, -1, None, 0, False
     if resume is not None:
