@@ -46,6 +46,7 @@ class TrainConfig:
     momentum: float = 0.9  # sgd only
     weight_decay: float = 0.0  # L2 penalty on every parameter, either optimiser
     lr_milestones: list[int] | None = None  # epochs after which lr is multiplied by lr_decay (a step schedule)
+    warmup_epochs: int = 0  # lr rises linearly from lr / steps to lr over the first warmup_epochs' batches
     eval_batch_size: int = 500
     target_val_accuracy: float | None = None  # %: stop after the first epoch whose validation accuracy reaches it
     compile: bool = False  # torch.compile the forward + loss (changes rounding: part of the checkpoint key)

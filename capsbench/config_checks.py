@@ -139,6 +139,8 @@ def check_optimiser(train: DictConfig, where: str) -> None:
         raise CapsbenchError(f"{where}.momentum must be in [0, 1), got {train.momentum}; e.g. 0.9")
     if train.weight_decay < 0.0:
         raise CapsbenchError(f"{where}.weight_decay must be >= 0, got {train.weight_decay}; e.g. 0.0001")
+    if train.warmup_epochs < 0:
+        raise CapsbenchError(f"{where}.warmup_epochs must be >= 0, got {train.warmup_epochs}; e.g. 1, or 0 for none")
     milestones = list(train.lr_milestones or [])
     if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
         raise CapsbenchError(f"{where}.lr_milestones must be increasing epoch counts >= 1, got {milestones}; "

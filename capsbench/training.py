@@ -82,6 +82,8 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
         identity["train"]["weight_decay"] = t.weight_decay
     if t.lr_milestones:
         identity["train"]["lr_milestones"] = list(t.lr_milestones)
+    if t.warmup_epochs:
+        identity["train"]["warmup_epochs"] = t.warmup_epochs
     return identity
 
 
@@ -181,7 +183,8 @@ def fit(
         epoch_seed = seed * 100_003 + epoch
         torch.manual_seed(epoch_seed)  # dropout and any other global-RNG use
         gen = torch.Generator(device=gen_device).manual_seed(epoch_seed)
-        train_loss, train_acc = _train_epoch(step, on_device, cfg, protocol, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
+        train_loss, train_acc = _train_epoch(step, on_device, cfg, protocol, gen, epoch=epoch,
+                                             desc=f"{desc} e{epoch + 1}/{t.epochs}")
         sched.step()
         val_acc = protocol.validation_score(model, on_device, batch_size=t.eval_batch_size, device=device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc})
@@ -212,17 +215,26 @@ POSTFIX_EVERY = 25  # batches between progress-bar updates: each update syncs a 
 
 
 def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtocol, gen: torch.Generator, *,
-                 desc: str) -> tuple[float, float]:
+                 epoch: int, desc: str) -> tuple[float, float]:
     step.model.train()
+    opt = step.optimizer
     total_loss = torch.zeros((), device=cfg.device)  # running sums stay on the device: no sync per batch
     correct = torch.zeros((), device=cfg.device, dtype=torch.long)
     seen = 0
     n_batches = -(-len(splits.train_x) // cfg.train.batch_size)
+    # Linear warm-up over the first warmup_epochs: Adam's first steps are full-size whatever the gradient's scale,
+    # which can push whole ReLU layers below zero before training starts (Liu et al., arXiv:1908.03265).
+    warmup = cfg.train.warmup_epochs * n_batches
+    scheduled = [group["lr"] for group in opt.param_groups]
     bar = tqdm(
         batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
         total=n_batches, desc=desc, leave=False, disable=True if is_quiet() else None,  # None: bar on a TTY only
     )
     for i, (images, labels) in enumerate(bar):
+        done = epoch * n_batches + i  # optimiser steps before this one
+        if done < warmup:
+            for group, lr in zip(opt.param_groups, scheduled):
+                group["lr"] = lr * (done + 1) / warmup
         batch = protocol.train_batch(images, labels, gen)
         out, loss = step(batch)
         total_loss += loss.detach() * len(labels)
@@ -236,4 +248,6 @@ def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtoco
         seen += len(labels)
         if bar.disable is False and i % POSTFIX_EVERY == 0:
             bar.set_postfix(loss=f"{total_loss.item() / seen:.4f}", acc=f"{correct.item() / seen:.4f}")
+    for group, lr in zip(opt.param_groups, scheduled):  # the epoch schedule goes on from the un-warmed rate
+        group["lr"] = lr
     return total_loss.item() / seen, correct.item() / seen
