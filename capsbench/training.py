@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 import capsbench
+from capsbench.adversarial_training import adversarial_identity, pgd_training_examples
 from capsbench.checkpoints import CheckpointCache, content_key
 from capsbench.config import for_model
 from capsbench.data import SPLIT_SEED, Splits, batches
@@ -84,6 +85,8 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
         identity["train"]["lr_milestones"] = list(t.lr_milestones)
     if t.warmup_epochs:
         identity["train"]["warmup_epochs"] = t.warmup_epochs
+    if (adversarial := adversarial_identity(t)) is not None:
+        identity["train"]["adversarial"] = adversarial
     return identity
 
 
@@ -236,6 +239,10 @@ def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtoco
             for group, lr in zip(opt.param_groups, scheduled):
                 group["lr"] = lr * (done + 1) / warmup
         batch = protocol.train_batch(images, labels, gen)
+        if cfg.train.adversarial == "pgd":  # Madry et al.: train on the batch's PGD examples instead of the batch
+            t = cfg.train
+            batch.inputs = pgd_training_examples(step.model, batch.inputs, batch.targets, eps=t.adv_eps,
+                                                 steps=t.adv_steps, step_size=t.adv_step_size, generator=gen)
         out, loss = step(batch)
         total_loss += loss.detach() * len(labels)
         scores = out.scores.detach()
