@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 from capsbench.data import DATASETS, DatasetSpec, Splits, random_shift
 from capsbench.data.augment import random_integers
+from capsbench.data.affine_augment import AugmentRanges, random_affine_on_canvas
 from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
 from capsbench.evaluation import accuracy
 from capsbench.models import Classifier
@@ -98,6 +99,28 @@ class CanvasProtocol(TrainingProtocol):
 
     def identity(self) -> dict[str, Any]:
         return {"protocol": self.name, "canvas": self.canvas}
+
+
+class AffineCanvasProtocol(CanvasProtocol):
+    """The canvas protocol with random affine augmentation (train.augment=affine): each training digit is centred on
+    the canvas, rotated, sheared and scaled by uniform draws from `ranges` about the canvas centre, then placed at a
+    uniform integer offset that keeps all its ink on the canvas; validation and test digits are centred, unchanged.
+    Shapes: (B, C, h, h) -> (B, C, canvas, canvas)."""
+
+    name = "affine_canvas"
+    augments_on_device = False  # transforms and offsets are drawn with a CPU generator (capsbench.data.affine_augment)
+
+    def __init__(self, *, canvas: int = 40, ranges: AugmentRanges) -> None:
+        super().__init__(canvas=canvas)
+        self.ranges = ranges
+
+    def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
+        return Batch(random_affine_on_canvas(images, self.canvas, self.ranges, gen)[0], labels)
+
+    def identity(self) -> dict[str, Any]:
+        r = self.ranges
+        return {**super().identity(), "protocol": self.name, "max_rotation_deg": r.max_rotation_deg,
+                "max_shear": r.max_shear, "min_scale": r.min_scale, "max_scale": r.max_scale}
 
 
 class RandomCropProtocol(TrainingProtocol):
