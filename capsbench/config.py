@@ -56,6 +56,7 @@ class TrainConfig:
     adv_eps: float = 0.3  # L-inf radius on [0, 1] pixels (Madry et al.'s MNIST value)
     adv_steps: int = 40  # PGD steps per batch, from a uniform random start
     adv_step_size: float = 0.01  # per step
+    adv_ramp_epochs: int = 0  # eps and step size rise linearly from 1/steps of their value over these epochs' batches
     # Training augmentation: null, or affine (suite=affine: random rotation, shear, scale, then placement on the canvas)
     augment: str | None = None
     affine_rotation_deg: float = 20.0  # uniform in [-r, r] degrees (defaults: affNIST's test ranges)

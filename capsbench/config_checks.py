@@ -47,6 +47,7 @@ ADV_RULES: dict[str, Rule] = {
     "adv_eps": (lambda v: 0 < v <= 1, "a number in (0, 1] (L-inf radius on [0, 1] pixels), e.g. 0.3"),
     "adv_steps": _at_least(1),
     "adv_step_size": (lambda v: v > 0, "a number > 0, e.g. 0.01"),
+    "adv_ramp_epochs": _at_least(0),
 }
 AFFINE_RULES: dict[str, Rule] = {
     "affine_rotation_deg": (lambda v: 0 <= v <= 180, "a number of degrees in [0, 180], e.g. 20"),

@@ -241,8 +241,9 @@ def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtoco
         batch = protocol.train_batch(images, labels, gen)
         if cfg.train.adversarial == "pgd":  # Madry et al.: train on the batch's PGD examples instead of the batch
             t = cfg.train
-            batch.inputs = pgd_training_examples(step.model, batch.inputs, batch.targets, eps=t.adv_eps,
-                                                 steps=t.adv_steps, step_size=t.adv_step_size, generator=gen)
+            ramp = min(1.0, (done + 1) / (t.adv_ramp_epochs * n_batches)) if t.adv_ramp_epochs else 1.0
+            batch.inputs = pgd_training_examples(step.model, batch.inputs, batch.targets, eps=ramp * t.adv_eps,
+                                                 steps=t.adv_steps, step_size=ramp * t.adv_step_size, generator=gen)
         out, loss = step(batch)
         total_loss += loss.detach() * len(labels)
         scores = out.scores.detach()

@@ -60,6 +60,7 @@ def test_multi_hot_targets_are_refused():
     (["train.adversarial=pgdd"], "did you mean 'pgd'"),
     (["train.adversarial=pgd", "train.adv_eps=0"], "train.adv_eps must be a number in \\(0, 1\\]"),
     (["train.adversarial=pgd", "train.adv_steps=0"], "train.adv_steps must be an integer >= 1"),
+    (["train.adversarial=pgd", "train.adv_ramp_epochs=-1"], "train.adv_ramp_epochs must be an integer >= 0"),
     (["model_train.capsnet.adversarial=pgd", "model_train.capsnet.adv_step_size=-1"],
      "model_train.capsnet.adv_step_size must be a number > 0"),
     (["suite=overlap", "train.adversarial=pgd"], "needs single-label targets, but suite=overlap"),
@@ -76,7 +77,7 @@ def test_adversarial_settings_enter_the_key_only_when_set(smoke_cfg, tiny_splits
     standard = train_identity()
     assert "adversarial" not in standard  # standard checkpoints keep their keys
     smoke_cfg.train.adversarial, smoke_cfg.train.adv_eps = "pgd", 0.2
-    assert train_identity() == {**standard, "adversarial": {"method": "pgd", "eps": 0.2, "steps": 5, "step_size": 0.15}}
+    assert train_identity() == {**standard, "adversarial": {"method": "pgd", "eps": 0.2, "steps": 5, "step_size": 0.05, "ramp_epochs": 1}}
 
 
 def test_an_adversarially_trained_model_gets_its_own_checkpoint(smoke_cfg, tiny_splits):
@@ -117,15 +118,16 @@ def pgd_robust_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps:
 
 @pytest.mark.slow
 def test_adversarial_training_raises_smoke_robust_accuracy(tmp_path, mnist_root):
-    """cnn_sabour at the smoke budget (2,000 real training digits, 2 epochs, seed 0), standard vs PGD-trained
-    (eps 0.2, 5 steps of 0.1), attacked by the robustness suite's PGD at eps 0.2 on 300 test digits."""
-    cfg = compose(["suite=robustness", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu",
-                   "train.epochs=2", "train.adv_eps=0.2", "train.adv_step_size=0.1"])
-    splits = load_splits("mnist", root=mnist_root, download=False, val_size=5000, train_subset=2000, val_subset=300,
+    """cnn_sabour at the smoke budget (3,000 real training digits, 3 epochs, seed 0), standard vs PGD-trained
+    (smoke: eps 0.1 ramped over the first epoch, 5 steps of 0.05), attacked by the robustness suite's PGD (10 steps)
+    at eps 0.1 on 300 test digits. Measured on a 2-core CPU: standard 39.7 %, PGD-trained 85.3 % (clean 95.0, 96.3);
+    without the ramp the PGD-trained model collapsed to a constant output (8.0 % at every eps)."""
+    cfg = compose(["suite=robustness", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu"])
+    splits = load_splits("mnist", root=mnist_root, download=False, val_size=5000, train_subset=3000, val_subset=300,
                          test_subset=300)
     standard = obtain_model(cfg, "cnn_sabour", 0, splits).model.eval()
     cfg.train.adversarial = "pgd"
     robust = obtain_model(cfg, "cnn_sabour", 0, splits).model.eval()
-    before = pgd_robust_accuracy(standard, splits.test_x, splits.test_y, 0.2)
-    after = pgd_robust_accuracy(robust, splits.test_x, splits.test_y, 0.2)
-    assert after > before + 10.0, f"PGD robust accuracy at eps 0.2: standard {before:.1f} %, PGD-trained {after:.1f} %"
+    before = pgd_robust_accuracy(standard, splits.test_x, splits.test_y, 0.1)
+    after = pgd_robust_accuracy(robust, splits.test_x, splits.test_y, 0.1)
+    assert after > before + 20.0, f"PGD robust accuracy at eps 0.1: standard {before:.1f} %, PGD-trained {after:.1f} %"
