@@ -56,8 +56,8 @@ def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingP
 def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:
     """Everything that changes the trained weights; its hash is the checkpoint's cache key. "source" hashes the code
     that trains the model (its modules, the training loop, protocol and data pipeline; see capsbench.source_hash)."""
-    d, t = cfg.data, cfg.train
-    identity = {
+    d = cfg.data
+    return {
         "capsbench": capsbench.__version__,
         "torch": str(torch.__version__),  # TorchVersion is not a str to a weights-only load
         "source": source_identity(training_roots(MODELS.get(name).target, protocol, splits.spec.load)),
@@ -68,26 +68,33 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
             "val_subset": d.val_subset, "split_seed": SPLIT_SEED,
         },
         "protocol": protocol.identity(),
-        "train": {"epochs": t.epochs, "batch_size": t.batch_size, "lr": t.lr, "lr_decay": t.lr_decay},
+        "train": train_settings_identity(cfg.train),
         "seed": seed,
     }
+
+
+def train_settings_identity(t: DictConfig) -> dict[str, Any]:
+    """The train.* settings that change the weights (the "train" part of training_identity; launchers group units by
+    it too, capsbench.unit_execution.training_group). A setting at its default is left out, so checkpoints trained
+    before it existed keep their keys."""
+    train: dict[str, Any] = {"epochs": t.epochs, "batch_size": t.batch_size, "lr": t.lr, "lr_decay": t.lr_decay}
     if t.target_val_accuracy is not None:  # only when set, so checkpoints trained without it keep their keys
-        identity["train"]["target_val_accuracy"] = t.target_val_accuracy
+        train["target_val_accuracy"] = t.target_val_accuracy
     if t.compile:  # compile and bf16 change rounding; only when on, so fp32 eager checkpoints keep their keys
-        identity["train"]["compile"] = True
+        train["compile"] = True
     if t.precision != "fp32":
-        identity["train"]["precision"] = t.precision
+        train["precision"] = t.precision
     if t.optimizer != "adam":  # likewise the optimiser settings: only where they differ from Adam's defaults
-        identity["train"].update(optimizer=t.optimizer, momentum=t.momentum)
+        train.update(optimizer=t.optimizer, momentum=t.momentum)
     if t.weight_decay:
-        identity["train"]["weight_decay"] = t.weight_decay
+        train["weight_decay"] = t.weight_decay
     if t.lr_milestones:
-        identity["train"]["lr_milestones"] = list(t.lr_milestones)
+        train["lr_milestones"] = list(t.lr_milestones)
     if t.warmup_epochs:
-        identity["train"]["warmup_epochs"] = t.warmup_epochs
+        train["warmup_epochs"] = t.warmup_epochs
     if (adversarial := adversarial_identity(t)) is not None:
-        identity["train"]["adversarial"] = adversarial
-    return identity
+        train["adversarial"] = adversarial
+    return train
 
 
 def make_optimiser(model: Classifier, t: DictConfig, device: str = "cpu"
