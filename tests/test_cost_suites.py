@@ -45,8 +45,8 @@ def test_routing_suite_trains_one_variant_per_r(tmp_path, run):
                  "params.repeats=1", "params.warmup=0")
     frame = pd.DataFrame(result.records)
     assert sorted(frame[frame.metric == "test_accuracy"].r) == [1, 2]
-    assert (tmp_path / "routing" / "accuracy_vs_r.png").exists()
-    assert "test_accuracy (r=1)" in result.markdown
+    assert (tmp_path / "routing" / "routing_ablation.png").exists()
+    assert "| r | accuracy (%)" in result.markdown
 
 
 def test_routing_variants_leave_models_without_routing_alone():
