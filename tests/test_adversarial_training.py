@@ -131,3 +131,15 @@ def test_adversarial_training_raises_smoke_robust_accuracy(tmp_path, mnist_root)
     before = pgd_robust_accuracy(standard, splits.test_x, splits.test_y, 0.1)
     after = pgd_robust_accuracy(robust, splits.test_x, splits.test_y, 0.1)
     assert after > before + 20.0, f"PGD robust accuracy at eps 0.1: standard {before:.1f} %, PGD-trained {after:.1f} %"
+
+
+def test_figures_draw_a_trained_model_as_a_line_of_its_own():
+    from capsbench.reporting.figures import sweep_figure
+    from capsbench.reporting.layout import SweepPlot
+    from capsbench.suites.routing import RoutingSuite
+
+    records = [{"suite": "routing", "model": "capsnet", "dataset": "mnist", "seed": 0, "metric": "test_accuracy",
+                "value": v + r, "r": r, **extra} for v, extra in [(90.0, {}), (80.0, {"training": "pgd"})] for r in (1, 2)]
+    spec = SweepPlot("f", ("test_accuracy",), "r")
+    fig = sweep_figure(records_frame(records, RoutingSuite), spec, RoutingSuite)
+    assert sorted(text.get_text() for text in fig.legends[0].get_texts()) == ["capsnet", "capsnet (training=pgd)"]
