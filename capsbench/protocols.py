@@ -165,10 +165,10 @@ class PadCropProtocol(TrainingProtocol):
         self.pad, self.flip = pad, flip
 
     def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
-        top, left = torch.randint(0, 2 * self.pad + 1, (2, len(images)), generator=gen)
+        top, left = random_integers(0, 2 * self.pad + 1, (2, len(images)), gen, images.device)  # on gen's device
         out = crop(F.pad(images, (self.pad,) * 4), top, left, images.shape[-1])  # (B, C, H, W)
         if self.flip:
-            mirror = (torch.rand(len(images), generator=gen) < 0.5).to(images.device).view(-1, 1, 1, 1)
+            mirror = (torch.rand(len(images), generator=gen, device=gen.device) < 0.5).to(images.device).view(-1, 1, 1, 1)
             out = torch.where(mirror, out.flip(-1), out)
         return Batch(out, labels)
 
