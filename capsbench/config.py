@@ -40,12 +40,28 @@ class DataConfig:
 class TrainConfig:
     epochs: int = 10
     batch_size: int = 128
-    lr: float = 1e-3  # Adam
-    lr_decay: float = 0.96  # exponential decay factor applied after every epoch
+    lr: float = 1e-3
+    lr_decay: float = 0.96  # factor applied to lr after every epoch, or only at lr_milestones when given
+    optimizer: str = "adam"  # adam | sgd (with momentum)
+    momentum: float = 0.9  # sgd only
+    weight_decay: float = 0.0  # L2 penalty on every parameter, either optimiser
+    lr_milestones: list[int] | None = None  # epochs after which lr is multiplied by lr_decay (a step schedule)
+    warmup_epochs: int = 0  # lr rises linearly from lr / steps to lr over the first warmup_epochs' batches
     eval_batch_size: int = 500
     target_val_accuracy: float | None = None  # %: stop after the first epoch whose validation accuracy reaches it
     compile: bool = False  # torch.compile the forward + loss (changes rounding: part of the checkpoint key)
     precision: str = "fp32"  # or bf16: autocast on CUDA only, softmax and squash kept fp32 (part of the checkpoint key)
+    # Adversarial training (Madry et al.): null, or pgd to train on L-inf PGD examples of every batch
+    adversarial: str | None = None
+    adv_eps: float = 0.3  # L-inf radius on [0, 1] pixels (Madry et al.'s MNIST value)
+    adv_steps: int = 40  # PGD steps per batch, from a uniform random start
+    adv_step_size: float = 0.01  # per step
+    adv_ramp_epochs: int = 0  # eps and step size rise linearly from 1/steps of their value over these epochs' batches
+    # Training augmentation: null, or affine (suite=affine: random rotation, shear, scale, then placement on the canvas)
+    augment: str | None = None
+    affine_rotation_deg: float = 20.0  # uniform in [-r, r] degrees (defaults: affNIST's test ranges)
+    affine_shear: float = 0.2  # horizontal shear uniform in [-s, s]
+    affine_scale: list[float] = field(default_factory=lambda: [0.8, 1.2])  # x and y scale, each uniform in [lo, hi]
 
 
 @dataclass

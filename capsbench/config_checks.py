@@ -39,6 +39,21 @@ DATA_RULES: dict[str, Rule] = {
     "max_shift": _at_least(0),
 }
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
+OPTIMISERS = ("adam", "sgd")
+ADVERSARIAL = ("pgd",)
+AUGMENTS = {"affine": ("affine",)}  # augmentation -> the suites whose training protocol applies it
+SINGLE_LABEL_ONLY = ("overlap",)  # suites that train on multi-hot targets: no adversarial training (PGD needs a label)
+ADV_RULES: dict[str, Rule] = {
+    "adv_eps": (lambda v: 0 < v <= 1, "a number in (0, 1] (L-inf radius on [0, 1] pixels), e.g. 0.3"),
+    "adv_steps": _at_least(1),
+    "adv_step_size": (lambda v: v > 0, "a number > 0, e.g. 0.01"),
+    "adv_ramp_epochs": _at_least(0),
+}
+AFFINE_RULES: dict[str, Rule] = {
+    "affine_rotation_deg": (lambda v: 0 <= v <= 180, "a number of degrees in [0, 180], e.g. 20"),
+    "affine_shear": (lambda v: v >= 0, "a number >= 0, e.g. 0.2"),
+    "affine_scale": (lambda v: len(v) == 2 and 0 < v[0] <= v[1], "two numbers [lo, hi] with 0 < lo <= hi, e.g. [0.8,1.2]"),
+}
 
 
 def check_ranges(node: Any, rules: dict[str, Rule], prefix: str) -> None:
@@ -99,11 +114,15 @@ def validate(cfg: DictConfig, *, explicit_root: str | None) -> None:
         check_model_arguments(name, dict(args or {}))
     check_ranges(cfg.train, TRAIN_RULES, "train")
     check_train_precision(cfg.train, cfg.device, "train")
+    check_optimiser(cfg.train, "train")
+    check_training_protocol(cfg.train, "train", cfg.suite)
     for name in cfg.model_train:
         MODELS.get(name)
         check_ranges(for_model(cfg, name).train, {k: TRAIN_RULES[k] for k in (cfg.model_train[name] or {}) if k in TRAIN_RULES},
                      f"model_train.{name}")
         check_train_precision(for_model(cfg, name).train, cfg.device, f"model_train.{name}")
+        check_optimiser(for_model(cfg, name).train, f"model_train.{name}")
+        check_training_protocol(for_model(cfg, name).train, f"model_train.{name}", cfg.suite)
     check_ranges(cfg.data, DATA_RULES, "data")
     DATASETS.get(cfg.dataset)
     if not (cfg.device in ("auto", "cpu", "mps") or cfg.device == "cuda" or _cuda_index(cfg.device)):
@@ -123,6 +142,47 @@ def check_train_precision(train: DictConfig, device: str, where: str = "train") 
     if train.precision == "bf16" and not (device == "auto" or str(device).startswith("cuda")):
         raise CapsbenchError(f"{where}.precision=bf16 trains under bf16 autocast on CUDA only, but device={device}; "
                              f"use {where}.precision=fp32 here, or device=cuda")
+
+
+def check_optimiser(train: DictConfig, where: str) -> None:
+    """The optimiser settings of one train section (the run's, or a model's merged with model_train.<name>)."""
+    from capsbench.registry import close_matches
+
+    if train.optimizer not in OPTIMISERS:
+        raise CapsbenchError(f"{where}.optimizer={train.optimizer!r} is not an optimiser: "
+                             f"{close_matches(str(train.optimizer), list(OPTIMISERS))}")
+    if not 0.0 <= train.momentum < 1.0:
+        raise CapsbenchError(f"{where}.momentum must be in [0, 1), got {train.momentum}; e.g. 0.9")
+    if train.weight_decay < 0.0:
+        raise CapsbenchError(f"{where}.weight_decay must be >= 0, got {train.weight_decay}; e.g. 0.0001")
+    if train.warmup_epochs < 0:
+        raise CapsbenchError(f"{where}.warmup_epochs must be >= 0, got {train.warmup_epochs}; e.g. 1, or 0 for none")
+    milestones = list(train.lr_milestones or [])
+    if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
+        raise CapsbenchError(f"{where}.lr_milestones must be increasing epoch counts >= 1, got {milestones}; "
+                             f"e.g. [91,136], or null to decay after every epoch")
+
+
+def check_training_protocol(train: DictConfig, where: str, suite: str | None) -> None:
+    """train.adversarial and its PGD settings, train.augment and its affine ranges, and the suites they apply to."""
+    from capsbench.registry import close_matches
+
+    if train.adversarial is not None:
+        if train.adversarial not in ADVERSARIAL:
+            raise CapsbenchError(f"{where}.adversarial={train.adversarial!r} is not an adversarial training method: "
+                                 f"{close_matches(str(train.adversarial), list(ADVERSARIAL))}, or null for none")
+        if suite in SINGLE_LABEL_ONLY:
+            raise CapsbenchError(f"{where}.adversarial=pgd needs single-label targets, but suite={suite} trains on "
+                                 "multi-hot ones; drop train.adversarial for this suite")
+        check_ranges(train, ADV_RULES, where)
+    if train.augment is not None:
+        if train.augment not in AUGMENTS:
+            raise CapsbenchError(f"{where}.augment={train.augment!r} is not an augmentation: "
+                                 f"{close_matches(str(train.augment), list(AUGMENTS))}, or null for none")
+        if suite is not None and suite not in AUGMENTS[train.augment]:
+            raise CapsbenchError(f"{where}.augment={train.augment} applies to suite={' or '.join(AUGMENTS[train.augment])} "
+                                 f"(its canvas protocol), not suite={suite}; drop it or run that suite")
+        check_ranges(train, AFFINE_RULES, where)
 
 
 def check_launch(cfg: DictConfig) -> None:

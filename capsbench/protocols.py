@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn import functional as F
 
 from capsbench.data import DATASETS, DatasetSpec, Splits, random_shift
 from capsbench.data.augment import random_integers
+from capsbench.data.affine_augment import AugmentRanges, random_affine_on_canvas
 from capsbench.data.canvas import centre_on_canvas, random_place_on_canvas
 from capsbench.evaluation import accuracy
 from capsbench.models import Classifier
@@ -30,6 +32,15 @@ class Batch:
     targets: torch.Tensor
     components: torch.Tensor | None = None
     component_labels: torch.Tensor | None = None
+
+
+def crop(images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int) -> torch.Tensor:
+    """(B, C, H, W) -> (B, C, size, size): from image i the window whose top-left pixel is (top[i], left[i])."""
+    span = torch.arange(size, device=images.device)
+    rows = (top.to(images.device).view(-1, 1) + span).view(-1, size, 1)  # (B, size, 1)
+    cols = (left.to(images.device).view(-1, 1) + span).view(-1, 1, size)  # (B, 1, size)
+    batch = torch.arange(len(images), device=images.device).view(-1, 1, 1)
+    return images.permute(0, 2, 3, 1)[batch, rows, cols].permute(0, 3, 1, 2)  # (B, C, size, size)
 
 
 class TrainingProtocol:
@@ -90,6 +101,28 @@ class CanvasProtocol(TrainingProtocol):
         return {"protocol": self.name, "canvas": self.canvas}
 
 
+class AffineCanvasProtocol(CanvasProtocol):
+    """The canvas protocol with random affine augmentation (train.augment=affine): each training digit is centred on
+    the canvas, rotated, sheared and scaled by uniform draws from `ranges` about the canvas centre, then placed at a
+    uniform integer offset that keeps all its ink on the canvas; validation and test digits are centred, unchanged.
+    Shapes: (B, C, h, h) -> (B, C, canvas, canvas)."""
+
+    name = "affine_canvas"
+    augments_on_device = False  # transforms and offsets are drawn with a CPU generator (capsbench.data.affine_augment)
+
+    def __init__(self, *, canvas: int = 40, ranges: AugmentRanges) -> None:
+        super().__init__(canvas=canvas)
+        self.ranges = ranges
+
+    def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
+        return Batch(random_affine_on_canvas(images, self.canvas, self.ranges, gen)[0], labels)
+
+    def identity(self) -> dict[str, Any]:
+        r = self.ranges
+        return {**super().identity(), "protocol": self.name, "max_rotation_deg": r.max_rotation_deg,
+                "max_shear": r.max_shear, "min_scale": r.min_scale, "max_scale": r.max_scale}
+
+
 class RandomCropProtocol(TrainingProtocol):
     """Random `size` x `size` crops for training, the centre crop for validation and test (Hinton et al. 2018 on
     smallNORB: 32x32 crops of 48x48 images). Single labels."""
@@ -106,11 +139,7 @@ class RandomCropProtocol(TrainingProtocol):
         return self.size
 
     def _crop(self, images: torch.Tensor, top: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
-        span = torch.arange(self.size, device=images.device)
-        rows = (top.to(images.device).view(-1, 1) + span).view(-1, self.size, 1)  # (B, size, 1)
-        cols = (left.to(images.device).view(-1, 1) + span).view(-1, 1, self.size)  # (B, 1, size)
-        batch = torch.arange(len(images), device=images.device).view(-1, 1, 1)
-        return images.permute(0, 2, 3, 1)[batch, rows, cols].permute(0, 3, 1, 2)  # (B, C, size, size)
+        return crop(images, top, left, self.size)
 
     def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
         top, left = random_integers(0, images.shape[-1] - self.size + 1, (2, len(images)), gen, images.device)
@@ -124,7 +153,40 @@ class RandomCropProtocol(TrainingProtocol):
         return {"protocol": self.name, "size": self.size}
 
 
+class PadCropProtocol(TrainingProtocol):
+    """The standard CIFAR augmentation (He et al., arXiv:1512.03385, sec. 4.2): each training image is zero-padded by
+    `pad` pixels per side and a random window of its own size is cropped, then mirrored left-right with probability
+    1/2 when `flip`; validation and test images are shown unchanged. Shapes: (B, C, H, W) -> (B, C, H, W)."""
+
+    name = "pad_crop"
+
+    def __init__(self, *, pad: int = 4, flip: bool = True) -> None:
+        super().__init__(max_shift=0)
+        self.pad, self.flip = pad, flip
+
+    def train_batch(self, images: torch.Tensor, labels: torch.Tensor, gen: torch.Generator) -> Batch:
+        top, left = random_integers(0, 2 * self.pad + 1, (2, len(images)), gen, images.device)  # on gen's device
+        out = crop(F.pad(images, (self.pad,) * 4), top, left, images.shape[-1])  # (B, C, H, W)
+        if self.flip:
+            mirror = (torch.rand(len(images), generator=gen, device=gen.device) < 0.5).to(images.device).view(-1, 1, 1, 1)
+            out = torch.where(mirror, out.flip(-1), out)
+        return Batch(out, labels)
+
+    def identity(self) -> dict[str, Any]:
+        return {"protocol": self.name, "pad": self.pad, "flip": self.flip}
+
+
+# Natural-image datasets train with pad-4 random crops; mirrored street-number digits are no longer the same
+# digits, so SVHN is not flipped (so Hahn et al.'s released code trains it too).
+PAD_CROP_FLIP = {"cifar10": True, "svhn": False}
+
+
 def dataset_protocol(dataset: str, max_shift: int) -> TrainingProtocol:
-    """The default protocol for a dataset: its registered crop if it has one, else Sabour's random shifts."""
-    crop = DATASETS.get(dataset).train_crop
-    return RandomCropProtocol(size=crop) if crop is not None else TrainingProtocol(max_shift=max_shift)
+    """The default protocol for a dataset: its registered crop if it has one, CIFAR's pad-and-crop augmentation for
+    CIFAR-10 and SVHN, else Sabour's random shifts of up to max_shift pixels."""
+    crop_size = DATASETS.get(dataset).train_crop
+    if crop_size is not None:
+        return RandomCropProtocol(size=crop_size)
+    if dataset in PAD_CROP_FLIP:
+        return PadCropProtocol(pad=4, flip=PAD_CROP_FLIP[dataset])
+    return TrainingProtocol(max_shift=max_shift)

@@ -16,7 +16,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 TRAINING_LOOP = "capsbench.training"
 # Modules whose code can change trained weights; anything else is neither hashed nor followed.
 WEIGHT_AREAS = ("capsbench.models.", "capsbench.data.", "capsbench.protocols", "capsbench.training", "capsbench.train_step",
-                "capsbench.evaluation")
+                "capsbench.evaluation", "capsbench.adversarial_training")
 NOT_WEIGHTS = ("capsbench.data.catalog",)  # descriptions and shapes only; the shapes are in the key as model_args
 
 

@@ -66,6 +66,13 @@ class UnitSpec:
         return OmegaConf.create({**self.config, "seeds": [self.seed], "models": [self.model], "model_train": {}})
 
 
+def training_column(train: dict[str, Any]) -> dict[str, str]:
+    """The record column naming a non-standard training protocol: {"training": "pgd"} (adversarial), "affine"
+    (augmented) or "pgd+affine"; {} for standard training, so standard units keep their names and keys."""
+    parts = [str(v) for v in (train.get("adversarial"), train.get("augment")) if v]
+    return {"training": "+".join(parts)} if parts else {}
+
+
 def plan(cfg: DictConfig) -> list[UnitSpec]:
     """The units of one composed suite config, in table order: model, then variant, then seed."""
     from capsbench.config import for_model
@@ -80,7 +87,8 @@ def plan(cfg: DictConfig) -> list[UnitSpec]:
             model_args = {**(base["model_args"].get(model) or {}), **variant.model_args}
             config = {k: base[k] for k in UNIT_KEYS if k != "train"}
             config.update(train=train, model_args={model: model_args})
-            units += [UnitSpec(cfg.suite, model, seed, dict(variant.columns), config) for seed in cfg.seeds]
+            columns = {**variant.columns, **(training_column(train) if suite.needs_training else {})}
+            units += [UnitSpec(cfg.suite, model, seed, columns, config) for seed in cfg.seeds]
     return units
 
 

@@ -56,6 +56,15 @@ def test_units_sharing_a_checkpoint_are_grouped_across_suites(tmp_path):
     assert [len(g) for g in mixed] == [1, 1, 1, 1]  # other epochs, another training protocol, nothing to train
 
 
+@pytest.mark.parametrize("setting", ["train.adversarial=pgd", "train.optimizer=sgd", "train.warmup_epochs=1",
+                                     "train.weight_decay=0.0001", "train.lr_milestones=[1]", "train.compile=true"])
+def test_units_trained_differently_are_never_grouped(tmp_path, setting):
+    """training_group keys on the same train settings as the checkpoint key (training.train_settings_identity)."""
+    standard = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]"]))
+    other = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]", setting]))
+    assert [len(g) for g in remote.groups([standard[0], other[0]])] == [1, 1]
+
+
 def test_worker_answers_are_read_by_the_driver(tmp_path):
     (unit,) = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]"]))
     answer = UnitResult(key=unit.key, spec=unit, status="done", records=[{"metric": "m", "value": 1.0}]).to_dict()

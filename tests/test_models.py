@@ -18,6 +18,9 @@ TINY = {
     "effcapsnet": {"channels": (4, 4, 4, 8), "primary_caps": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
     "srcapsnet": {"backbone_channels": (4, 4, 4), "caps_types": 2, "caps_dim": 4},
     "cnn_avgpool": {"backbone_channels": (4, 4, 4)},
+    "resnet20": {"blocks": 1, "width": 4},
+    "resnet56": {"blocks": 1, "width": 4},
+    "resnet110": {"blocks": 1, "width": 4},
 }
 
 

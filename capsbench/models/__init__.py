@@ -77,12 +77,19 @@ register_model("effcapsnet", ModelSpec(
 ))
 register_model("srcapsnet", ModelSpec(
     "capsbench.models.srcapsnet:SRCapsNet",
-    "Hahn et al. 2019 self-routing capsules on a small 3-block CNN backbone: 32 types x 16D, one 3x3/2 caps layer",
+    "Hahn et al. 2019 self-routing capsules on a small 3-block CNN (or backbone=resnet20): 32 types x 16D, one 3x3/2 caps layer",
 ))
 register_model("cnn_avgpool", ModelSpec(
     "capsbench.models.backbone:AvgPoolCNN",
     "Hahn et al. 2019 AvgPool baseline: srcapsnet's backbone, global average pooling, linear classifier",
 ))
+
+for _depth, _n, _size in ((20, 3, "0.27"), (56, 9, "0.85"), (110, 18, "1.7")):
+    register_model(f"resnet{_depth}", ModelSpec(
+        "capsbench.models.resnet:CifarResNet",
+        f"He et al. 2016 CIFAR ResNet-{_depth}: 6n+2 layers (n={_n}), 16/32/64 filters, option-A shortcuts, "
+        f"global average pooling; {_size} M params", {"blocks": _n},
+    ))
 
 
 def check_model_arguments(name: str, overrides: dict[str, Any]) -> None:

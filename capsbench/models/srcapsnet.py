@@ -1,4 +1,4 @@
-"""Self-routing capsule network (Hahn, Pyeon, Kim, "Self-Routing Capsule Networks", NeurIPS 2019) on a small CNN."""
+"""Self-routing capsule network (Hahn, Pyeon, Kim, "Self-Routing Capsule Networks", NeurIPS 2019) on a CNN backbone."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from torch import nn
 from capsbench.models.backbone import SmallBackbone
 from capsbench.models.base import Classifier, ModelOutput, NotApplicable
 from capsbench.models.capsules import LOG_EPS
+from capsbench.models.resnet import ResNetTrunk, resnet_blocks
 from capsbench.models.self_routing import SelfRouting2d
 from capsbench.models.straight_through import saturating
 
@@ -18,9 +19,15 @@ class SRCapsNet(Classifier):
     Class scores are the final layer's activations, which sum to 1 over classes; the model trains with
     their negative log-likelihood, as in the paper.
 
+    Hahn et al. put the capsule layers on ResNet-20's convolutional trunk for CIFAR-10 and SVHN (its output,
+    64 maps at 8x8, replaces the average pooling and linear layer); `backbone="resnet20"` builds that, and
+    caps_layers 0 and 1 are then their SR-1 and SR-2 models. The default is a small 3-block CNN.
+
     Args:
         in_channels, image_size, num_classes: of the dataset.
-        backbone_channels, backbone_strides: the shared SmallBackbone (same as cnn_avgpool).
+        backbone: "small" (SmallBackbone, as cnn_avgpool) or a CIFAR ResNet trunk "resnetD", D = 6n + 2
+            (ResNetTrunk: 16 filters, inputs mapped to [-1, 1]).
+        backbone_channels, backbone_strides: of the "small" backbone only.
         caps_types, caps_dim: capsule types and pose dimension of every hidden capsule layer (paper: 32, 16).
         caps_layers: self-routing conv capsule layers (3x3, stride 2, padding 1) before the class layer.
     Shapes: (B, in_channels, H, W) -> scores (B, num_classes); poses None (the class layer has no poses).
@@ -34,6 +41,7 @@ class SRCapsNet(Classifier):
         in_channels: int = 1,
         image_size: int = 28,
         num_classes: int = 10,
+        backbone: str = "small",
         backbone_channels: tuple[int, ...] = (64, 128, 128),
         backbone_strides: tuple[int, ...] = (1, 2, 2),
         caps_types: int = 32,
@@ -41,9 +49,14 @@ class SRCapsNet(Classifier):
         caps_layers: int = 1,
     ):
         super().__init__()
-        self.backbone = SmallBackbone(in_channels=in_channels, channels=tuple(backbone_channels),
-                                      strides=tuple(backbone_strides))
-        size = SmallBackbone.output_size(image_size, tuple(backbone_strides))
+        self.backbone: nn.Module
+        if backbone == "small":
+            self.backbone = SmallBackbone(in_channels=in_channels, channels=tuple(backbone_channels),
+                                          strides=tuple(backbone_strides))
+            size = SmallBackbone.output_size(image_size, tuple(backbone_strides))
+        else:
+            self.backbone = ResNetTrunk(in_channels=in_channels, blocks=resnet_blocks(backbone))
+            size = ResNetTrunk.output_size(image_size)
         feat = self.backbone.out_channels
         self.primary_act = nn.Sequential(nn.Conv2d(feat, caps_types, 3, 1, 1), nn.BatchNorm2d(caps_types))  # sigmoid below
         self.primary_pose = nn.Sequential(

@@ -13,7 +13,7 @@ import pandas as pd
 
 from capsbench.baselines import _logged
 from capsbench.claims import Claim, Side
-from capsbench.reporting.frame import UNDERTRAINED, same_value
+from capsbench.reporting.frame import UNDERTRAINED, row_models, same_value
 from capsbench.stats import ALPHA, decode_outcomes, paired_p, welch_p
 
 SUPPORTED, REFUTED, UNRESOLVED, NO_RECORDS = "supported", "refuted", "not resolved", "no records"
@@ -82,6 +82,7 @@ def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | str:
     """The side's records, or why there are none that stand for it."""
     f = run.frame
     rows = f[(f["model"] == side.model) & (f["dataset"] == claim.dataset) & (f["metric"] == claim.metric)]
+    rows = rows[row_models(rows) == rows["model"]]  # the papers' claims are about standard training
     for col, value in claim.sweep.items():
         rows = rows[rows[col].map(lambda v, want=value: same_value(v, want))] if col in rows else rows.iloc[0:0]
     if rows.empty:

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from capsbench.atomic import atomic_file  # noqa: E402
-from capsbench.reporting.frame import ordered_values, select  # noqa: E402
+from capsbench.reporting.frame import ordered_values, row_models, select  # noqa: E402
 from capsbench.reporting.layout import SweepPlot  # noqa: E402
 
 WIDTH = 3.3  # inches: one column of a two-column paper
@@ -40,6 +40,7 @@ def model_color(model: str) -> tuple[float, ...]:
 def sweep_figure(frame: pd.DataFrame, spec: SweepPlot, suite: Any) -> Figure | None:
     """spec's metrics against spec.x from tidy records; None when the records have nothing to draw."""
     data = select(frame[frame["metric"].isin(spec.metrics)], spec.keep, spec.drop)
+    data = data.assign(model=row_models(data))  # a PGD-trained model is a line of its own: "capsnet (training=pgd)"
     facets = ordered_values(data, spec.facet.by, spec.facet.order) if spec.facet else [None]
     panels = [(m, f) for m in spec.metrics for f in facets if not _panel(data, spec, m, f).dropna(subset=[spec.x]).empty]
     if not panels:

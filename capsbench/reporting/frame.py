@@ -12,6 +12,7 @@ import pandas as pd
 RECORD_COLUMNS = ["suite", "model", "dataset", "seed", "metric", "value"]
 UNCERTAINTY_COLUMNS = ["n", "ci_low", "ci_high", "outcomes"]  # accuracy records: images, 95 % Wilson interval, per image
 UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
+TRAINING = "training"  # "pgd", "affine", ... on every record of a model trained so (capsbench.units.training_column)
 
 
 def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
@@ -21,20 +22,29 @@ def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
     for col in [*RECORD_COLUMNS, *suite.sweep_columns]:
         if col not in frame:
             frame[col] = pd.NA
-    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED) if c in frame]
+    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED, TRAINING) if c in frame]
     return frame[[*RECORD_COLUMNS, *suite.sweep_columns, *extra]]
 
 
 def aggregate(frame: pd.DataFrame, suite: Any) -> pd.DataFrame:
-    """Mean, sample std (ddof=1; NaN for one seed) and n over seeds per (model, dataset, metric, sweep); with the
-    images per seed and, for one seed, its Wilson interval where the records carry them."""
-    keys = ["model", "dataset", "metric", *suite.sweep_columns]
+    """Mean, sample std (ddof=1; NaN for one seed) and n over seeds per (model, dataset, metric, sweep, training);
+    with the images per seed and, for one seed, its Wilson interval where the records carry them."""
+    keys = ["model", "dataset", "metric", *suite.sweep_columns, *([TRAINING] if TRAINING in frame else [])]
     grouped = frame.groupby(keys, dropna=False, sort=False)
     agg = grouped["value"].agg(mean="mean", std="std", n="count")
     if "n" in frame:
         agg["images"] = grouped["n"].max()
         agg["ci_low"], agg["ci_high"] = grouped["ci_low"].first(), grouped["ci_high"].first()
     return agg.reset_index()
+
+
+def row_models(frame: pd.DataFrame) -> pd.Series:
+    """The model each record's table row is named by: "capsnet", or "capsnet (training=pgd)" for a model trained
+    adversarially or augmented, so that it is a row of its own beside the standard one."""
+    if TRAINING not in frame:
+        return frame["model"]
+    trained = frame[TRAINING].notna() & (frame[TRAINING].astype(str) != "")
+    return frame["model"].where(~trained, frame["model"] + " (training=" + frame[TRAINING].astype(str) + ")")
 
 
 def same_value(a: Any, b: Any) -> bool:

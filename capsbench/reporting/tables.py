@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from capsbench.reporting.frame import UNDERTRAINED, format_sweep, ordered_values, select, value_mask
+from capsbench.reporting.frame import UNDERTRAINED, format_sweep, ordered_values, row_models, select, value_mask
 from capsbench.reporting.layout import Column, FlagColumn, Layout, SweepColumns, TableSpec
 from capsbench.reporting.model import Flags, Header, Measured, Table, split_parts
 from capsbench.reporting.published import PublishedIndex
@@ -19,7 +19,8 @@ from capsbench.reporting.significance import Cell, best_row
 from capsbench.stats import decode_outcomes
 
 UNDERTRAINED_MARK = "†"
-RowKey = tuple[str, ...]  # (block, model, dataset, *row sweeps) as text; block "" without blocks
+RowKey = tuple[str, ...]  # (block, row model, dataset, *row sweeps) as text; block "" without blocks
+ROW_MODEL = "row_model"  # frame.row_models: the model, with " (training=pgd)" when not trained the standard way
 
 
 def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list[dict[str, Any]] | None = None,
@@ -27,6 +28,7 @@ def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list
     """Every table of the layout that has records (split tables once per value, long ones in parts); the suite's
     `notes` go under the first."""
     index = PublishedIndex(reported or [])
+    frame = frame.assign(**{ROW_MODEL: row_models(frame)})
     out: list[Table] = []
     for spec in layout.tables:
         data = select(frame[frame["metric"].isin(spec.metrics)], spec.keep, spec.drop)
@@ -57,7 +59,7 @@ class _Builder:
     def __init__(self, frame: pd.DataFrame, data: pd.DataFrame, suite: Any, spec: TableSpec, index: PublishedIndex,
                  fixed: dict[str, Any]) -> None:
         self.frame, self.data, self.suite, self.spec, self.index, self.fixed = frame, data, suite, spec, index, fixed
-        self.models = ordered_values(frame, "model")
+        self.models = ordered_values(frame, ROW_MODEL)
         self.datasets = ordered_values(frame, "dataset")
         self.undertrained = _undertrained(frame)
         self.blocks = ordered_values(data, spec.blocks.by, spec.blocks.order) if spec.blocks else []
@@ -110,7 +112,7 @@ class _Builder:
 
     def _key(self, r: Any, block: Any) -> RowKey:
         sweeps = tuple("" if pd.isna(getattr(r, c)) else format_sweep(getattr(r, c)) for c in self.spec.rows)
-        return ("" if block == "" else format_sweep(block), r.model, r.dataset, *sweeps)
+        return ("" if block == "" else format_sweep(block), getattr(r, ROW_MODEL), r.dataset, *sweeps)
 
     def _index_names(self) -> list[str]:
         head = [self.spec.blocks.header or self.spec.blocks.by] if self.spec.blocks else []
@@ -262,7 +264,7 @@ def _undertrained(frame: pd.DataFrame) -> set[tuple[str, str]]:
     if UNDERTRAINED not in frame:
         return set()
     flagged = frame[frame[UNDERTRAINED].fillna(False).astype(bool)]
-    return set(zip(flagged["model"], flagged["dataset"]))
+    return set(zip(flagged[ROW_MODEL], flagged["dataset"]))
 
 
 def _drop_empty_rows(t: Table, keep: list[int]) -> Table:

@@ -15,7 +15,8 @@ from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.errors import CapsbenchError
 from capsbench.evaluation import correct
-from capsbench.protocols import CanvasProtocol, TrainingProtocol
+from capsbench.data.affine_augment import AugmentRanges
+from capsbench.protocols import AffineCanvasProtocol, CanvasProtocol, TrainingProtocol
 from capsbench.reporting.layout import Column, Group, Layout, SweepColumns, SweepPlot, TableSpec
 from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
@@ -75,6 +76,14 @@ class AffineSuite(Suite):
     Params = AffineParams
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
+        """Sabour's expanded MNIST; with train.augment=affine (per model through model_train), random affine
+        transforms in train.affine_* ranges before the placement: the "CNN with affine augmentation" baseline."""
+        t = cfg.train
+        if t.get("augment") == "affine":
+            low, high = t.affine_scale
+            ranges = AugmentRanges(max_rotation_deg=float(t.affine_rotation_deg), max_shear=float(t.affine_shear),
+                                   min_scale=float(low), max_scale=float(high))
+            return AffineCanvasProtocol(canvas=cfg.params.canvas, ranges=ranges)
         return CanvasProtocol(canvas=cfg.params.canvas)
 
     def prepare(self, cfg: Any, splits: Splits) -> AffineTestSet:
