@@ -13,7 +13,7 @@ import yaml
 from capsbench.config import config_dir
 from capsbench.errors import CapsbenchError
 
-_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")
+NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")
 _SOURCE_KEYS = {"id": str, "citation": str, "arxiv": str, "openreview": str, "url": str}
 _RESULT_KEYS = {
     "suite": str, "dataset": str, "model": str, "metric": str, "value": (int, float), "std": (int, float),
@@ -70,20 +70,22 @@ def load_file(path: Path) -> list[Published]:
     if not isinstance(doc, dict) or set(doc) != {"source", "results"}:
         got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
         raise CapsbenchError(f"{path}: expected a mapping with exactly the keys 'source' and 'results', got {got}")
-    source = _check_mapping(path, "source", doc["source"], _SOURCE_KEYS, _REQUIRED_SOURCE)
+    label = source_label(path, doc["source"])
     if not isinstance(doc["results"], list) or not doc["results"]:
         raise CapsbenchError(f"{path}: 'results' must be a non-empty list of entries")
-    label = _source_label(source)
     return [_entry(path, i, raw, label) for i, raw in enumerate(doc["results"])]
 
 
-def _source_label(source: dict[str, Any]) -> str:
+def source_label(path: Path, raw: Any) -> str:
+    """A file's validated `source` mapping as its citation text, with the arXiv / OpenReview / URL reference."""
+    source = check_mapping(path, "source", raw, _SOURCE_KEYS, _REQUIRED_SOURCE)
     ref = f"arXiv:{source['arxiv']}" if "arxiv" in source else (
         f"OpenReview {source['openreview']}" if "openreview" in source else source.get("url", ""))
     return source["citation"] + (f" ({ref})" if ref else "")
 
 
-def _check_mapping(path: Path, where: str, raw: Any, keys: dict[str, Any], required: tuple[str, ...]) -> dict[str, Any]:
+def check_mapping(path: Path, where: str, raw: Any, keys: dict[str, Any], required: tuple[str, ...]) -> dict[str, Any]:
+    """`raw` as a mapping holding only `keys` (name -> expected type) and every `required` one; errors name the key."""
     if not isinstance(raw, dict):
         raise CapsbenchError(f"{path}: '{where}' must be a mapping, got {type(raw).__name__}")
     for key in raw:
@@ -102,9 +104,9 @@ def _check_mapping(path: Path, where: str, raw: Any, keys: dict[str, Any], requi
 
 def _entry(path: Path, index: int, raw: Any, source: str) -> Published:
     where = f"results[{index}]"
-    entry = _check_mapping(path, where, raw, _RESULT_KEYS, _REQUIRED_RESULT)
+    entry = check_mapping(path, where, raw, _RESULT_KEYS, _REQUIRED_RESULT)
     for key in ("suite", "dataset", "model", "metric"):
-        if not _NAME.match(entry[key]):
+        if not NAME.match(entry[key]):
             raise CapsbenchError(f"{path}: '{where}.{key}' = {entry[key]!r} may use only letters, digits, '_ - . / space'")
     for key in ("value", "std"):
         if key in entry and not math.isfinite(entry[key]):
@@ -149,7 +151,7 @@ def matching(entries: list[Published], *, suite: str, model_args: dict[str, dict
         measured = model_args.get(e.model)
         if e.suite != suite or measured is None:
             continue
-        if all(measured.get(k) == _logged(v) for k, v in e.model_args.items()):
+        if all(measured.get(k) == logged_text(v) for k, v in e.model_args.items()):
             cell = (e.model, e.dataset, e.metric, tuple(sorted(e.sweep.items())))
             if cell not in best or len(e.model_args) > best[cell][0]:
                 best[cell] = (len(e.model_args), e)
@@ -160,6 +162,6 @@ def matching(entries: list[Published], *, suite: str, model_args: dict[str, dict
     ]
 
 
-def _logged(value: Any) -> str:
+def logged_text(value: Any) -> str:
     """How MLflow params spell a constructor argument (str of the Python value, lists as lists)."""
     return str(list(value) if isinstance(value, tuple) else value)

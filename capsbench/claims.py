@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from capsbench.baselines import _NAME, _REQUIRED_SOURCE, _SOURCE_KEYS, _check_mapping, _source_label, baselines_dir
+from capsbench.baselines import NAME, baselines_dir, check_mapping, source_label
 from capsbench.errors import CapsbenchError
 
 _CLAIM_KEYS = {
@@ -18,23 +18,29 @@ _CLAIM_KEYS = {
     "worse": dict, "sweep": dict, "ratio": (int, float), "note": str,
 }
 _REQUIRED_CLAIM = ("id", "statement", "where", "suite", "dataset", "metric", "better", "worse")
-_SIDE_KEYS = {"model": str, "published": (int, float), "model_args": dict, "settings": dict}
+_SIDE_KEYS = {"model": str, "published": (int, float), "model_args": dict, "settings": dict, "training": str,
+              "metric": str}
 
 
 @dataclass(frozen=True)
 class Side:
-    """One model of a claim: its name, the published number, and the constructor arguments (model_args) and run
-    settings (e.g. train.adversarial) the measured model must have to stand for it."""
+    """One model of a claim: its name, the published number, the constructor arguments (model_args) and run
+    settings (e.g. data.max_shift) the measured model must have to stand for it, its training protocol (`pgd`,
+    `affine`: the records' `training` column; none for standard training), and the metric read for this side
+    when it is not the claim's (e.g. `correct_or_detected` for a model defended by a detector)."""
 
     model: str
     published: float | None = None
     model_args: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    training: str | None = None
+    metric: str | None = None
 
     @property
     def label(self) -> str:
-        extra = {**self.model_args, **self.settings}
-        return self.model + (f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else "")
+        extra = {**self.model_args, **self.settings, **({"training": self.training} if self.training else {})}
+        name = self.model + (f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else "")
+        return name + (f" [{self.metric}]" if self.metric else "")
 
 
 @dataclass(frozen=True)
@@ -76,16 +82,16 @@ def load_claims_file(path: Path) -> list[Claim]:
     if not isinstance(doc, dict) or set(doc) != {"source", "claims"}:
         got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
         raise CapsbenchError(f"{path}: expected a mapping with exactly the keys 'source' and 'claims', got {got}")
-    source = _source_label(_check_mapping(path, "source", doc["source"], _SOURCE_KEYS, _REQUIRED_SOURCE))
+    source = source_label(path, doc["source"])
     if not isinstance(doc["claims"], list) or not doc["claims"]:
         raise CapsbenchError(f"{path}: 'claims' must be a non-empty list of entries")
     return [_claim(path, f"claims[{i}]", raw, source) for i, raw in enumerate(doc["claims"])]
 
 
 def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
-    entry = _check_mapping(path, where, raw, _CLAIM_KEYS, _REQUIRED_CLAIM)
+    entry = check_mapping(path, where, raw, _CLAIM_KEYS, _REQUIRED_CLAIM)
     for key in ("suite", "dataset", "metric"):
-        if not _NAME.match(entry[key]):
+        if not NAME.match(entry[key]):
             raise CapsbenchError(f"{path}: '{where}.{key}' = {entry[key]!r} may use only letters, digits, '_ - . / space'")
     ratio = entry.get("ratio")
     if ratio is not None and not (math.isfinite(ratio) and ratio > 1):
@@ -100,9 +106,10 @@ def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
 
 
 def _side(path: Path, where: str, raw: Any) -> Side:
-    side = _check_mapping(path, where, raw, _SIDE_KEYS, ("model",))
+    side = check_mapping(path, where, raw, _SIDE_KEYS, ("model",))
     return Side(side["model"], None if "published" not in side else float(side["published"]),
-                dict(side.get("model_args", {})), dict(side.get("settings", {})))
+                dict(side.get("model_args", {})), dict(side.get("settings", {})), side.get("training"),
+                side.get("metric"))
 
 
 def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
@@ -112,10 +119,17 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
     if entry["suite"] not in SUITES:
         return  # a suite from a later version: kept; its verdict says the suite is missing
     suite = SUITES.get(entry["suite"])
-    directed = [m.name for m in suite.metrics if m.higher_is_better is not None]
-    if entry["metric"] not in directed:
+    direction = {m.name: m.higher_is_better for m in suite.metrics if m.higher_is_better is not None}
+    if entry["metric"] not in direction:
         raise CapsbenchError(f"{path}: '{where}.metric' = {entry['metric']!r} is not a metric of suite "
-                             f"{entry['suite']!r} with a direction; expected one of: {', '.join(directed)}")
+                             f"{entry['suite']!r} with a direction; expected one of: {', '.join(direction)}")
+    for name in ("better", "worse"):
+        own = entry[name].get("metric")
+        if own is not None and direction.get(own) != direction[entry["metric"]]:
+            same = [m for m, up in direction.items() if up == direction[entry["metric"]]]
+            raise CapsbenchError(f"{path}: '{where}.{name}.metric' = {own!r} must be a metric of suite "
+                                 f"{entry['suite']!r} with the direction of {entry['metric']!r}; expected one of: "
+                                 f"{', '.join(same)}")
     for col in entry.get("sweep", {}):
         if col not in suite.sweep_columns:
             raise CapsbenchError(f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "

@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 # params.*, ...) must agree.
 NEUTRAL_PARAMS = ("dataset", "seeds", "models", "output_dir", "cache_dir", "retrain", "device", "data.root", "data.download")
 NEUTRAL_PREFIXES = ("tracking.", "model_args.")  # model_args: compared per model from the nested runs instead
+# model_train.<model>.<key> with these key prefixes train a model adversarially or augmented: its records then carry
+# a `training` column and form rows of their own, so such runs combine with standard ones (compared per protocol).
+TRAINING_KEYS = ("adversarial", "adv_", "augment", "affine_")
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             a, b = ref.model_args[model], inv.model_args[model]
             diff += sorted(f"model_args.{model}.{k}" for k in set(a) | set(b) if a.get(k) != b.get(k))
         _refuse(ref, inv, diff)
+        for model in sorted(set(inv.model_args) & set(models or inv.model_args)):  # the same rows: trained alike
+            same = next(i for i in invocations if model in i.model_args and training(i, model) == training(inv, model))
+            a, b = _training_params(same, model), _training_params(inv, model)
+            _refuse(same, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
 
 
 def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:
@@ -107,23 +114,44 @@ def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:
 
 
 def protocol_params(inv: Invocation) -> dict[str, str]:
-    return {k: v for k, v in inv.params.items() if k not in NEUTRAL_PARAMS and not k.startswith(NEUTRAL_PREFIXES)}
+    return {k: v for k, v in inv.params.items()
+            if k not in NEUTRAL_PARAMS and not k.startswith(NEUTRAL_PREFIXES) and not _is_training_key(k)}
+
+
+def training(inv: Invocation, model: str) -> str:
+    """The `training` column `model`'s records carry in this invocation ("pgd", "affine", "pgd+affine", or "")."""
+    values = (inv.params.get(f"model_train.{model}.{key}", inv.params.get(f"train.{key}")) for key in ("adversarial", "augment"))
+    return "+".join(v for v in values if v not in (None, "None", ""))
+
+
+def _training_params(inv: Invocation, model: str) -> dict[str, str]:
+    return {k: v for k, v in inv.params.items() if k.startswith(f"model_train.{model}.") and _is_training_key(k)}
+
+
+def _is_training_key(key: str) -> bool:
+    parts = key.split(".", 2)
+    return len(parts) == 3 and parts[0] == "model_train" and parts[2].startswith(TRAINING_KEYS)
 
 
 def combine(invocations: list[Invocation], records: dict[str, pd.DataFrame], models: tuple[str, ...] | None) -> pd.DataFrame:
-    """Records of all invocations, one invocation per (model, dataset, seed): a seed measured again in a
+    """Records of all invocations, one invocation per (model, training, dataset, seed): a seed measured again in a
     later invocation replaces the earlier one, so n counts distinct seeds, never repeats of a seed."""
-    latest: dict[tuple[str, str, int], str] = {}
+    latest: dict[tuple[str, str, str, int], str] = {}
+    keys = {inv.run_id: _row_keys(records[inv.run_id]) for inv in invocations}
     for inv in invocations:  # oldest first: later invocations overwrite
-        frame = records[inv.run_id]
-        for key in frame[["model", "dataset", "seed"]].drop_duplicates().itertuples(index=False):
-            if tuple(key) in latest:
-                log.info("%s seed %s: using run %s, measured again after run %s", key[0], key[2], inv.run_id, latest[tuple(key)])
-            latest[tuple(key)] = inv.run_id
+        for key in dict.fromkeys(keys[inv.run_id]):
+            if key in latest:
+                log.info("%s seed %s: using run %s, measured again after run %s", key[0], key[3], inv.run_id, latest[key])
+            latest[key] = inv.run_id
     parts = []
     for inv in invocations:
-        frame = records[inv.run_id]
-        owner = [latest[(m, d, s)] == inv.run_id for m, d, s in zip(frame["model"], frame["dataset"], frame["seed"])]
-        parts.append(frame[owner])
+        owner = [latest[key] == inv.run_id for key in keys[inv.run_id]]
+        parts.append(records[inv.run_id][owner])
     out = pd.concat(parts, ignore_index=True)
     return out if models is None else out[out["model"].isin(models)].reset_index(drop=True)
+
+
+def _row_keys(frame: pd.DataFrame) -> list[tuple[str, str, str, int]]:
+    """(model, training, dataset, seed) per record; training is "" for standard training."""
+    trained = frame["training"].fillna("").astype(str) if "training" in frame else pd.Series("", index=frame.index)
+    return list(zip(frame["model"], trained, frame["dataset"], frame["seed"]))

@@ -187,7 +187,7 @@ def check_training_protocol(train: DictConfig, where: str, suite: str | None) ->
 
 def check_launch(cfg: DictConfig) -> None:
     """threads, the launcher's name and its resource settings."""
-    from capsbench.launchers.settings import LAUNCHERS
+    from capsbench.launchers.settings import LAUNCHERS, require_extra
     from capsbench.registry import close_matches
 
     if cfg.threads is not None and cfg.threads < 1:
@@ -202,8 +202,6 @@ def check_launch(cfg: DictConfig) -> None:
                              "array_parallelism": _at_least(1), "max_retries": _at_least(0)}, "slurm")
     if cfg.slurm.cluster not in ("slurm", "local"):
         raise CapsbenchError(f"slurm.cluster must be slurm or local (local processes, for tests), got {cfg.slurm.cluster!r}")
-    from capsbench.launchers import require_extra
-
     require_extra(cfg.launcher)  # before anything is written, not after the MLflow runs have started
 
 

@@ -186,7 +186,7 @@ def fit(
     )
     gen_device = device if protocol.augments_on_device else "cpu"
     step = TrainStep(model, opt, device=device, compile_model=t.compile, precision=t.precision)
-    threads = torch.get_num_threads()  # set per unit (threads=N, else capsbench.train_step.auto_threads)
+    threads = torch.get_num_threads()  # set per unit (threads=N, else capsbench.cpu_threads.auto_threads)
     log.info("%s: training on %s with %d intra-op threads (OMP_WAIT_POLICY=%s), %s, %s", desc, device, threads,
              os.environ.get("OMP_WAIT_POLICY", "unset"), t.precision, "compiled" if t.compile else "eager")
     for epoch in range(first, t.epochs):

@@ -18,7 +18,7 @@ from capsbench.data import Splits, load_splits
 from capsbench.models import create_model
 from capsbench.reporting.figures import save_figure
 from capsbench.suites import SUITES, Context, Suite
-from capsbench.train_step import auto_threads
+from capsbench.cpu_threads import auto_threads
 from capsbench.training import model_config, obtain_model, train_settings_identity
 from capsbench.units import UnitResult, UnitSpec
 

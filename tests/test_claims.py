@@ -85,9 +85,37 @@ def test_no_records_says_what_is_missing():
     assert missing.verdict == NO_RECORDS and "resnet56" in missing.reason
     r1 = judge(claim(better=Side("capsnet", model_args={"routing_iterations": 1})), run(paired(9950, 9900)))
     assert r1.verdict == NO_RECORDS and "routing_iterations=3" in r1.reason
-    adv = judge(claim(better=Side("cnn_sabour", settings={"train.adversarial": "pgd"}), worse=Side("capsnet")),
-                run(paired(9900, 9950)))
-    assert adv.verdict == NO_RECORDS and "train.adversarial=None" in adv.reason
+    adv = judge(claim(better=Side("cnn_sabour", training="pgd"), worse=Side("capsnet")), run(paired(9900, 9950)))
+    assert adv.verdict == NO_RECORDS and "cnn_sabour (training=pgd)" in adv.reason
+    shift = judge(claim(better=Side("capsnet", settings={"data.max_shift": 0})), run(paired(9950, 9900)))
+    assert shift.verdict == NO_RECORDS and "data.max_shift=None" in shift.reason
+
+
+def test_a_side_trained_otherwise_is_read_from_its_own_rows():
+    """An adversarially trained model's rows stand for a `training: pgd` side and never for the standard model."""
+    records = [*paired(9900, 9950), {**fixtures.acc("accuracy", "cnn_sabour", "test_accuracy", 9990, 10000),
+                                      "training": "pgd"}]
+    trained = judge(claim(better=Side("cnn_sabour", training="pgd"), worse=Side("capsnet")), run(records))
+    assert trained.verdict == SUPPORTED and trained.better.mean == pytest.approx(99.9)
+    standard = judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")), run(records))
+    assert standard.verdict == SUPPORTED and standard.better.mean == 99.5
+
+
+def test_a_side_may_read_another_metric_of_the_same_direction(tmp_path: Path):
+    """The detection claim: a defended model's `correct_or_detected` against its undefended robust accuracy."""
+    sweep = {"attack": "worst_case", "eps": 0.1}
+    records = [fixtures.acc("robustness", "capsnet", "robust_accuracy", 300, 1000, **sweep),
+               fixtures.acc("robustness", "capsnet", "correct_or_detected", 700, 1000, **sweep)]
+    c = claim("robust_accuracy", "robustness", Side("capsnet", metric="correct_or_detected"), Side("capsnet"),
+              sweep=sweep)
+    j = judge(c, run(records, "robustness"))
+    assert j.verdict == SUPPORTED and (j.better.mean, j.worse.mean) == (70.0, 30.0)
+    path = tmp_path / "bad.yaml"
+    path.write_text("source: {id: x, citation: X}\nclaims:\n  - {id: a, statement: s, where: w, suite: robustness, "
+                    "dataset: mnist, metric: robust_accuracy, better: {model: capsnet, metric: detection_false_positive_rate}, "
+                    "worse: {model: capsnet}}\n")
+    with pytest.raises(CapsbenchError, match=r"'claims\[0\].better.metric' = 'detection_false_positive_rate' must be"):
+        load_claims_file(path)
 
 
 def test_undertrained_models_are_never_judged():
@@ -108,7 +136,7 @@ def test_shipped_claims_cover_the_issue():
     assert {"sabour2017-mnist-r3", "sabour2017-affnist", "hinton2018-smallnorb", "overview-mnist-r1",
             "overview-affnist-augmented", "overview-smallnorb-em", "overview-cifar10-resnet56",
             "overview-cifar10-resnet110", "overview-fgsm-capsnet", "overview-pgd-capsnet", "overview-fgsm-adversarial",
-            "overview-pgd-adversarial", "overview-speed", "mazzia2021-params"} <= ids
+            "overview-pgd-adversarial", "overview-speed", "mazzia2021-params", "overview-reconstruction-detection"} <= ids
 
 
 def test_a_malformed_claim_names_file_and_key(tmp_path: Path):

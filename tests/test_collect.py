@@ -70,6 +70,23 @@ def test_two_invocations_aggregate_over_distinct_seeds():
     assert set(only["model"]) == {"cnn_9x9"}
 
 
+def test_a_model_trained_otherwise_joins_the_standard_runs_as_rows_of_its_own():
+    """model_train.<m>.augment/adversarial runs combine with standard ones (their records carry `training`), but
+    two runs of one model trained the same way must agree on every training setting."""
+    pgd = {"model_train.capsnet.adversarial": "pgd", "model_train.capsnet.adv_eps": "0.3"}
+    standard, trained = inv("a", 1), inv("b", 2, params=pgd)
+    check_comparable([standard, trained])
+    with pytest.raises(CapsbenchError, match=r"model_train.capsnet.adv_eps"):
+        check_comparable([standard, trained, inv("c", 3, params={**pgd, "model_train.capsnet.adv_eps": "0.1"})])
+    with pytest.raises(CapsbenchError, match=r"train.adversarial"):  # every model trained so: not a per-model row
+        check_comparable([standard, inv("c", 3, params={"train.adversarial": "pgd"})])
+    first = recs({("capsnet", 0): 99.0, ("cnn_9x9", 0): 97.0})
+    second = recs({("capsnet", 0): 95.0}).assign(training="pgd")
+    frame = combine([standard, trained], {"a": first, "b": second}, None)
+    assert sorted(zip(frame["model"], frame["training"].fillna(""), frame["value"])) == [
+        ("capsnet", "", 99.0), ("capsnet", "pgd", 95.0), ("cnn_9x9", "", 97.0)]
+
+
 def test_datasets_become_rows_and_model_args_compare_within_a_dataset():
     fashion = {"capsnet": {"routing_iterations": "3", "in_channels": "1", "image_size": "28"}}
     check_comparable([inv("a", 1), inv("b", 2, params={"dataset": "fashion_mnist"}, model_args=fashion),

@@ -8,11 +8,8 @@ from typing import Protocol
 
 from omegaconf import DictConfig
 
-from capsbench.errors import CapsbenchError
-from capsbench.launchers.settings import LAUNCHERS
+from capsbench.launchers.settings import require_extra
 from capsbench.units import UnitResult, UnitSpec
-
-EXTRAS = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}  # launcher -> (module it needs, extra providing it)
 
 
 class Launcher(Protocol):
@@ -20,21 +17,8 @@ class Launcher(Protocol):
         """Execute every unit; yield each result (failed ones with status "failed") as soon as it is there."""
 
 
-def require_extra(launcher: str) -> None:
-    """A launcher whose optional dependency is not installed is a one-line error naming the extra (no import)."""
-    import importlib.util
-
-    if launcher in EXTRAS:
-        module, extra = EXTRAS[launcher]
-        if importlib.util.find_spec(module) is None:
-            raise CapsbenchError(f"launcher={launcher} needs the '{extra}' extra: pip install 'capsbench[{extra}]' "
-                                 f"(or `uv sync --extra {extra}` in a checkout)")
-
-
 def make_launcher(cfg: DictConfig) -> Launcher:
-    """The launcher the config names; a missing optional dependency is a one-line error naming the extra."""
-    if cfg.launcher not in LAUNCHERS:
-        raise CapsbenchError(f"unknown launcher {cfg.launcher!r}: valid: {', '.join(LAUNCHERS)}")
+    """The launcher the (validated) config names; a missing optional dependency is a one-line error naming the extra."""
     require_extra(cfg.launcher)
     if cfg.launcher == "ray":
         from capsbench.launchers.ray_tasks import RayLauncher

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
+from capsbench.errors import CapsbenchError
+
 LAUNCHERS = ("local", "ray", "slurm")
+EXTRAS = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}  # launcher -> (module it needs, extra providing it)
+
+
+def require_extra(launcher: str) -> None:
+    """A launcher whose optional dependency is not installed is a one-line error naming the extra (no import)."""
+    if launcher in EXTRAS:
+        module, extra = EXTRAS[launcher]
+        if importlib.util.find_spec(module) is None:
+            raise CapsbenchError(f"launcher={launcher} needs the '{extra}' extra: pip install 'capsbench[{extra}]' "
+                                 f"(or `uv sync --extra {extra}` in a checkout)")
 
 
 @dataclass

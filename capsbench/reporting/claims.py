@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from capsbench.baselines import _logged
+from capsbench.baselines import logged_text
 from capsbench.claims import Claim, Side
 from capsbench.reporting.frame import UNDERTRAINED, row_models, same_value
 from capsbench.stats import ALPHA, decode_outcomes, paired_p, welch_p
@@ -80,16 +80,17 @@ def judge(claim: Claim, run: Run | None) -> Judgement:
 
 def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | str:
     """The side's records, or why there are none that stand for it."""
-    f = run.frame
-    rows = f[(f["model"] == side.model) & (f["dataset"] == claim.dataset) & (f["metric"] == claim.metric)]
-    rows = rows[row_models(rows) == rows["model"]]  # the papers' claims are about standard training
+    f, metric = run.frame, side.metric or claim.metric
+    rows = f[(f["model"] == side.model) & (f["dataset"] == claim.dataset) & (f["metric"] == metric)]
+    row_name = side.model + (f" (training={side.training})" if side.training else "")
+    rows = rows[row_models(rows) == row_name]  # standard training unless the side names its protocol
     for col, value in claim.sweep.items():
         rows = rows[rows[col].map(lambda v, want=value: same_value(v, want))] if col in rows else rows.iloc[0:0]
     if rows.empty:
-        return f"no records of {side.model} ({claim.dataset}, {claim.metric}{_where(claim)})"
+        return f"no records of {row_name} ({claim.dataset}, {metric}{_where(claim)})"
     logged = run.model_args.get(side.model, {})
-    wrong = {k: logged.get(k) for k, v in side.model_args.items() if logged.get(k) != _logged(v)}
-    wrong |= {k: run.settings.get(k) for k, v in side.settings.items() if run.settings.get(k) != _logged(v)}
+    wrong = {k: logged.get(k) for k, v in side.model_args.items() if logged.get(k) != logged_text(v)}
+    wrong |= {k: run.settings.get(k) for k, v in side.settings.items() if run.settings.get(k) != logged_text(v)}
     if wrong:
         return f"no records of {side.label}: measured with " + ", ".join(f"{k}={v}" for k, v in wrong.items())
     if UNDERTRAINED in rows and rows[UNDERTRAINED].fillna(False).astype(bool).any():
