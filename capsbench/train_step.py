@@ -1,12 +1,16 @@
-"""How a training step runs: torch.compile, bf16 autocast (CUDA only), fused Adam.
+"""How a training step runs: CPU intra-op threads, torch.compile, bf16 autocast (CUDA only), fused Adam.
 
-None of these changes the maths; compile and bf16 change rounding, so they are part of the checkpoint key.
+None of these changes the maths. compile and bf16 change rounding, so they are part of the checkpoint key;
+the thread count can change the summation order of convolutions, so it is recorded with the checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
@@ -19,6 +23,31 @@ from capsbench.protocols import Batch
 
 log = logging.getLogger(__name__)
 
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2 CPU quota: "<quota> <period>" or "max <period>"
+
+
+def cpu_quota(path: Path = CGROUP_CPU_MAX) -> int | None:
+    """CPUs a cgroup v2 quota allows (rounded up), or None without a quota (or outside Linux cgroups v2)."""
+    if not path.is_file():
+        return None
+    quota, _, period = path.read_text().strip().partition(" ")
+    if quota == "max" or not period:
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
+def auto_threads() -> int:
+    """The intra-op threads a unit uses unless `threads=N` says otherwise: torch's default (the physical cores,
+    or OMP_NUM_THREADS), capped by the CPUs this process may run on (affinity mask, cgroup quota).
+
+    More threads than CPUs is what hurts: measured on a 2-core machine shared with other jobs, 2 spinning
+    OpenMP threads made a CapsNet step 3-7x slower than 1 thread (see capsbench/__init__.py for the wait policy).
+    """
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cpu_quota()
+    return max(1, min(torch.get_num_threads(), allowed, quota or allowed))
+
+
 def check_train_settings(train: DictConfig, device: str, where: str = "train") -> None:
     """Raise a CapsbenchError naming the key when precision or compile cannot run on `device`."""
     check_train_precision(train, device, where)
@@ -27,12 +56,11 @@ def check_train_settings(train: DictConfig, device: str, where: str = "train") -
                              f"(torch {torch.__version__}); set {where}.compile=false")
 
 
-def make_optimizer(params: Iterable[torch.nn.Parameter], *, lr: float, device: str,
-                   weight_decay: float = 0.0) -> torch.optim.Adam:
+def make_optimizer(params: Iterable[torch.nn.Parameter], *, lr: float, device: str) -> torch.optim.Adam:
     """Adam; fused (one kernel for all parameters) on CPU and CUDA: 5.6x faster than the per-parameter loop
     for quick CapsNet on one core, results within 1e-8 of it."""
     fused = torch.device(device).type in ("cpu", "cuda")
-    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+    return torch.optim.Adam(params, lr=lr, fused=fused or None)
 
 
 class TrainStep:

@@ -11,8 +11,7 @@ from capsbench.data import random_shift
 from capsbench.errors import CapsbenchError
 from capsbench.models import create_model
 from capsbench.protocols import Batch, TrainingProtocol
-from capsbench.cpu_threads import auto_threads, cpu_quota
-from capsbench.train_step import TrainStep, make_optimizer
+from capsbench.train_step import TrainStep, auto_threads, cpu_quota, make_optimizer
 from capsbench.training import default_protocol, fit, training_identity
 
 TINY_CAPSNET = {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": [16]}
