@@ -56,11 +56,12 @@ def check_train_settings(train: DictConfig, device: str, where: str = "train") -
                              f"(torch {torch.__version__}); set {where}.compile=false")
 
 
-def make_optimizer(params: Iterable[torch.nn.Parameter], *, lr: float, device: str) -> torch.optim.Adam:
+def make_optimizer(params: Iterable[torch.nn.Parameter], *, lr: float, device: str,
+                   weight_decay: float = 0.0) -> torch.optim.Adam:
     """Adam; fused (one kernel for all parameters) on CPU and CUDA: 5.6x faster than the per-parameter loop
     for quick CapsNet on one core, results within 1e-8 of it."""
     fused = torch.device(device).type in ("cpu", "cuda")
-    return torch.optim.Adam(params, lr=lr, fused=fused or None)
+    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
 
 
 class TrainStep:

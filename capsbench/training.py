@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 import capsbench
+from capsbench.adversarial_training import adversarial_identity, pgd_training_examples
 from capsbench.checkpoints import CheckpointCache, content_key
 from capsbench.config import for_model
 from capsbench.data import SPLIT_SEED, Splits, batches
@@ -55,8 +56,8 @@ def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingP
 def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:
     """Everything that changes the trained weights; its hash is the checkpoint's cache key. "source" hashes the code
     that trains the model (its modules, the training loop, protocol and data pipeline; see capsbench.source_hash)."""
-    d, t = cfg.data, cfg.train
-    identity = {
+    d = cfg.data
+    return {
         "capsbench": capsbench.__version__,
         "torch": str(torch.__version__),  # TorchVersion is not a str to a weights-only load
         "source": source_identity(training_roots(MODELS.get(name).target, protocol, splits.spec.load)),
@@ -67,16 +68,48 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
             "val_subset": d.val_subset, "split_seed": SPLIT_SEED,
         },
         "protocol": protocol.identity(),
-        "train": {"epochs": t.epochs, "batch_size": t.batch_size, "lr": t.lr, "lr_decay": t.lr_decay},
+        "train": train_settings_identity(cfg.train),
         "seed": seed,
     }
+
+
+def train_settings_identity(t: DictConfig) -> dict[str, Any]:
+    """The train.* settings that change the weights (the "train" part of training_identity; launchers group units by
+    it too, capsbench.unit_execution.training_group). A setting at its default is left out, so checkpoints trained
+    before it existed keep their keys."""
+    train: dict[str, Any] = {"epochs": t.epochs, "batch_size": t.batch_size, "lr": t.lr, "lr_decay": t.lr_decay}
     if t.target_val_accuracy is not None:  # only when set, so checkpoints trained without it keep their keys
-        identity["train"]["target_val_accuracy"] = t.target_val_accuracy
+        train["target_val_accuracy"] = t.target_val_accuracy
     if t.compile:  # compile and bf16 change rounding; only when on, so fp32 eager checkpoints keep their keys
-        identity["train"]["compile"] = True
+        train["compile"] = True
     if t.precision != "fp32":
-        identity["train"]["precision"] = t.precision
-    return identity
+        train["precision"] = t.precision
+    if t.optimizer != "adam":  # likewise the optimiser settings: only where they differ from Adam's defaults
+        train.update(optimizer=t.optimizer, momentum=t.momentum)
+    if t.weight_decay:
+        train["weight_decay"] = t.weight_decay
+    if t.lr_milestones:
+        train["lr_milestones"] = list(t.lr_milestones)
+    if t.warmup_epochs:
+        train["warmup_epochs"] = t.warmup_epochs
+    if (adversarial := adversarial_identity(t)) is not None:
+        train["adversarial"] = adversarial
+    return train
+
+
+def make_optimiser(model: Classifier, t: DictConfig, device: str = "cpu"
+                   ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """Adam (fused where the device allows, see make_optimizer) or SGD with momentum (train.optimizer), and its
+    per-epoch schedule: lr x lr_decay after every epoch, or only after the epochs in lr_milestones (He et al.'s
+    step schedule)."""
+    if t.optimizer == "sgd":
+        opt: torch.optim.Optimizer = torch.optim.SGD(
+            model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+    else:
+        opt = make_optimizer(model.parameters(), lr=t.lr, device=device, weight_decay=t.weight_decay)
+    if t.lr_milestones:
+        return opt, torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(t.lr_milestones), gamma=t.lr_decay)
+    return opt, torch.optim.lr_scheduler.ExponentialLR(opt, gamma=t.lr_decay)
 
 
 def obtain_model(
@@ -124,7 +157,8 @@ def fit(
     save_progress=None,
     desc: str = "train",
 ) -> dict[str, Any]:
-    """Adam with exponential decay; returns history and loads the best-validation weights into `model`.
+    """Trains with train.optimizer (Adam by default) and its lr schedule; returns history and loads the
+    best-validation weights into `model`.
 
     With train.target_val_accuracy set, training stops after the first epoch whose validation accuracy (%)
     reaches it (models compared at matched validation accuracy, as in Sabour et al.'s affNIST experiment).
@@ -136,8 +170,7 @@ def fit(
     """
     t, device = cfg.train, cfg.device
     check_train_settings(t, device)
-    opt = make_optimizer(model.parameters(), lr=t.lr, device=device)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=t.lr_decay)
+    opt, sched = make_optimiser(model, t, device)
     history: list[dict[str, float]] = []
     best_acc, best_epoch, best_state, first, reached = -1.0, -1, None, 0, False
     if resume is not None:
@@ -160,7 +193,8 @@ def fit(
         epoch_seed = seed * 100_003 + epoch
         torch.manual_seed(epoch_seed)  # dropout and any other global-RNG use
         gen = torch.Generator(device=gen_device).manual_seed(epoch_seed)
-        train_loss, train_acc = _train_epoch(step, on_device, cfg, protocol, gen, desc=f"{desc} e{epoch + 1}/{t.epochs}")
+        train_loss, train_acc = _train_epoch(step, on_device, cfg, protocol, gen, epoch=epoch,
+                                             desc=f"{desc} e{epoch + 1}/{t.epochs}")
         sched.step()
         val_acc = protocol.validation_score(model, on_device, batch_size=t.eval_batch_size, device=device)
         history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc})
@@ -191,18 +225,32 @@ POSTFIX_EVERY = 25  # batches between progress-bar updates: each update syncs a 
 
 
 def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtocol, gen: torch.Generator, *,
-                 desc: str) -> tuple[float, float]:
+                 epoch: int, desc: str) -> tuple[float, float]:
     step.model.train()
+    opt = step.optimizer
     total_loss = torch.zeros((), device=cfg.device)  # running sums stay on the device: no sync per batch
     correct = torch.zeros((), device=cfg.device, dtype=torch.long)
     seen = 0
     n_batches = -(-len(splits.train_x) // cfg.train.batch_size)
+    # Linear warm-up over the first warmup_epochs: Adam's first steps are full-size whatever the gradient's scale,
+    # which can push whole ReLU layers below zero before training starts (Liu et al., arXiv:1908.03265).
+    warmup = cfg.train.warmup_epochs * n_batches
+    scheduled = [group["lr"] for group in opt.param_groups]
     bar = tqdm(
         batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
         total=n_batches, desc=desc, leave=False, disable=True if is_quiet() else None,  # None: bar on a TTY only
     )
     for i, (images, labels) in enumerate(bar):
+        done = epoch * n_batches + i  # optimiser steps before this one
+        if done < warmup:
+            for group, lr in zip(opt.param_groups, scheduled):
+                group["lr"] = lr * (done + 1) / warmup
         batch = protocol.train_batch(images, labels, gen)
+        if cfg.train.adversarial == "pgd":  # Madry et al.: train on the batch's PGD examples instead of the batch
+            t = cfg.train
+            ramp = min(1.0, (done + 1) / (t.adv_ramp_epochs * n_batches)) if t.adv_ramp_epochs else 1.0
+            batch.inputs = pgd_training_examples(step.model, batch.inputs, batch.targets, eps=ramp * t.adv_eps,
+                                                 steps=t.adv_steps, step_size=ramp * t.adv_step_size, generator=gen)
         out, loss = step(batch)
         total_loss += loss.detach() * len(labels)
         scores = out.scores.detach()
@@ -215,4 +263,6 @@ def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtoco
         seen += len(labels)
         if bar.disable is False and i % POSTFIX_EVERY == 0:
             bar.set_postfix(loss=f"{total_loss.item() / seen:.4f}", acc=f"{correct.item() / seen:.4f}")
+    for group, lr in zip(opt.param_groups, scheduled):  # the epoch schedule goes on from the un-warmed rate
+        group["lr"] = lr
     return total_loss.item() / seen, correct.item() / seen

@@ -19,7 +19,7 @@ from capsbench.models import create_model
 from capsbench.reporting.figures import save_figure
 from capsbench.suites import SUITES, Context, Suite
 from capsbench.train_step import auto_threads
-from capsbench.training import model_config, obtain_model
+from capsbench.training import model_config, obtain_model, train_settings_identity
 from capsbench.units import UnitResult, UnitSpec
 
 log = logging.getLogger(__name__)
@@ -70,12 +70,12 @@ def training_group(spec: UnitSpec) -> str | None:
     if not suite.needs_training:
         return None
     cfg = spec.run_config()
-    d, t = cfg.data, cfg.train
+    d = cfg.data
     group = {
         "model": spec.model, "seed": spec.seed, "dataset": cfg.dataset, "cache_dir": cfg.cache_dir,
         "model_args": OmegaConf.to_container(cfg.model_args)[spec.model],
         "data": {k: d[k] for k in ("val_size", "train_subset", "val_subset")},
-        "train": {k: t[k] for k in ("epochs", "batch_size", "lr", "lr_decay", "target_val_accuracy")},
+        "train": train_settings_identity(cfg.train),  # optimiser, warm-up, adversarial, compile ... as in the key
         "protocol": suite.protocol(cfg).identity(),
     }
     return json.dumps(group, sort_keys=True, default=str)
