@@ -9,6 +9,7 @@ from typing import Generic, TypeVar
 from capsbench.errors import CapsbenchError
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 def close_matches(name: str, options: list[str]) -> str:
@@ -51,3 +52,23 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+class LoadingView(Generic[T, U]):
+    """A registry seen through a loader: the same names, membership and errors, but get(name) returns what the
+    entry points at (a class, an instance), imported only then, so the registry itself stays torch-free."""
+
+    def __init__(self, registry: Registry[T], load: Callable[[T], U]) -> None:
+        self._registry, self._load = registry, load
+
+    def get(self, name: str) -> U:
+        return self._load(self._registry.get(name))
+
+    def names(self) -> list[str]:
+        return self._registry.names()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._registry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry)

@@ -7,12 +7,11 @@ before anything heavy loads; ATTACKS.get(name) imports the attack (and torch) on
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from capsbench.lazy import lazy_attributes, load, split_target
-from capsbench.registry import Registry
+from capsbench.registry import LoadingView, Registry
 
 if TYPE_CHECKING:
     from capsbench.attacks.base import Attack
@@ -46,24 +45,12 @@ for _name, _entry in {
     CATALOG.register(_name)(_entry)
 
 
-class _Attacks:
-    """ATTACKS.get(name) -> the Attack (one instance per name); the same names, membership and errors as CATALOG."""
-
-    @functools.cache
-    def get(self, name: str) -> Attack:
-        return load(CATALOG.get(name).target)()
-
-    def names(self) -> list[str]:
-        return CATALOG.names()
-
-    def __contains__(self, name: object) -> bool:
-        return name in CATALOG
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(CATALOG)
+@functools.cache
+def _instance(entry: AttackEntry) -> Attack:
+    return load(entry.target)()
 
 
-ATTACKS = _Attacks()
+ATTACKS: LoadingView[AttackEntry, Attack] = LoadingView(CATALOG, _instance)  # get(name): the Attack, one per name
 
 _LAZY = {
     "Attack": "capsbench.attacks.base:Attack",

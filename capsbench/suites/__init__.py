@@ -6,12 +6,11 @@ SUITES.get(name) imports the suite class (and torch) on first use.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from capsbench.lazy import class_literal, lazy_attributes, load, split_target
-from capsbench.registry import Registry
+from capsbench.registry import LoadingView, Registry
 from capsbench.suites.params import AffineParams, EfficiencyParams, NoParams, OverlapParams, RoutingParams
 from capsbench.suites.robustness_params import RobustnessParams
 
@@ -50,23 +49,7 @@ for _name, _entry in {
     CATALOG.register(_name)(_entry)
 
 
-class _SuiteClasses:
-    """SUITES.get(name) -> the Suite subclass; the same names, membership and errors as CATALOG."""
-
-    def get(self, name: str) -> type[Suite]:
-        return CATALOG.get(name).load()
-
-    def names(self) -> list[str]:
-        return CATALOG.names()
-
-    def __contains__(self, name: object) -> bool:
-        return name in CATALOG
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(CATALOG)
-
-
-SUITES = _SuiteClasses()
+SUITES: LoadingView[SuiteEntry, type[Suite]] = LoadingView(CATALOG, SuiteEntry.load)  # get(name): the Suite class
 _LAZY = {
     "Context": "capsbench.suites.base:Context",
     "Metric": "capsbench.suites.base:Metric",
