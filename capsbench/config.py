@@ -241,7 +241,7 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
     cfg = _merge(cfg, cli_layer, "the command line")
     try:
         explicit_root = _resolve_defaults(cfg)
-        validate(cfg, explicit_root=explicit_root)
+        validate(cfg, explicit_root=explicit_root, model_trains=_model_trains(cfg))
         check = getattr(suite.params, "validate", None) if suite else None
         if check is not None:
             check(cfg)
@@ -311,6 +311,15 @@ def _resolve_device(cfg: DictConfig) -> None:
         cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
     elif not torch.cuda.is_available():
         raise CapsbenchError(f"device={cfg.device} but no CUDA device is available; use device=cpu or auto")
+
+
+def _model_trains(cfg: DictConfig) -> dict[str, DictConfig]:
+    """The train settings of every model named under model_train (an unknown model name is an error)."""
+    from capsbench.models import MODELS
+
+    for name in cfg.model_train:
+        MODELS.get(name)
+    return {name: for_model(cfg, name).train for name in cfg.model_train}
 
 
 def for_model(cfg: DictConfig, name: str) -> DictConfig:

@@ -99,11 +99,11 @@ def check_data_root(root: str, *, explicit: str | None, download: bool) -> None:
         )
 
 
-def validate(cfg: DictConfig, *, explicit_root: str | None) -> None:
-    """Raise a CapsbenchError for the first setting of the run config that cannot work."""
-    from capsbench.config import for_model
+def validate(cfg: DictConfig, *, explicit_root: str | None, model_trains: dict[str, DictConfig]) -> None:
+    """Raise a CapsbenchError for the first setting of the run config that cannot work; `model_trains` holds the
+    train settings of each model named under model_train (train with its overrides merged in)."""
     from capsbench.data import DATASETS
-    from capsbench.models import MODELS, check_model_arguments
+    from capsbench.models import check_model_arguments
 
     seeds = _names(cfg.seeds, "seeds", "[0,1,2]")
     if min(seeds) < 0:
@@ -116,13 +116,12 @@ def validate(cfg: DictConfig, *, explicit_root: str | None) -> None:
     check_train_precision(cfg.train, cfg.device, "train")
     check_optimiser(cfg.train, "train")
     check_training_protocol(cfg.train, "train", cfg.suite)
-    for name in cfg.model_train:
-        MODELS.get(name)
-        check_ranges(for_model(cfg, name).train, {k: TRAIN_RULES[k] for k in (cfg.model_train[name] or {}) if k in TRAIN_RULES},
-                     f"model_train.{name}")
-        check_train_precision(for_model(cfg, name).train, cfg.device, f"model_train.{name}")
-        check_optimiser(for_model(cfg, name).train, f"model_train.{name}")
-        check_training_protocol(for_model(cfg, name).train, f"model_train.{name}", cfg.suite)
+    for name, train in model_trains.items():
+        where = f"model_train.{name}"
+        check_ranges(train, {k: TRAIN_RULES[k] for k in (cfg.model_train[name] or {}) if k in TRAIN_RULES}, where)
+        check_train_precision(train, cfg.device, where)
+        check_optimiser(train, where)
+        check_training_protocol(train, where, cfg.suite)
     check_ranges(cfg.data, DATA_RULES, "data")
     DATASETS.get(cfg.dataset)
     if not (cfg.device in ("auto", "cpu", "mps") or cfg.device == "cuda" or _cuda_index(cfg.device)):
