@@ -63,20 +63,26 @@ def load_baselines(directory: Path | None = None) -> list[Published]:
 
 
 def load_file(path: Path) -> list[Published]:
+    label, results = read_sourced_list(path, "results")
+    return [_entry(path, i, raw, label) for i, raw in enumerate(results)]
+
+
+def read_sourced_list(path: Path, key: str) -> tuple[str, list[Any]]:
+    """A YAML file holding exactly `source` and a non-empty list under `key`: (the source's citation, the list)."""
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise CapsbenchError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); fix the syntax") from None
-    if not isinstance(doc, dict) or set(doc) != {"source", "results"}:
+    if not isinstance(doc, dict) or set(doc) != {"source", key}:
         got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
-        raise CapsbenchError(f"{path}: expected a mapping with exactly the keys 'source' and 'results', got {got}")
-    label = source_label(path, doc["source"])
-    if not isinstance(doc["results"], list) or not doc["results"]:
-        raise CapsbenchError(f"{path}: 'results' must be a non-empty list of entries")
-    return [_entry(path, i, raw, label) for i, raw in enumerate(doc["results"])]
+        raise CapsbenchError(f"{path}: expected a mapping with exactly the keys 'source' and '{key}', got {got}")
+    label = _source_label(path, doc["source"])
+    if not isinstance(doc[key], list) or not doc[key]:
+        raise CapsbenchError(f"{path}: '{key}' must be a non-empty list of entries")
+    return label, doc[key]
 
 
-def source_label(path: Path, raw: Any) -> str:
+def _source_label(path: Path, raw: Any) -> str:
     """A file's validated `source` mapping as its citation text, with the arXiv / OpenReview / URL reference."""
     source = check_mapping(path, "source", raw, _SOURCE_KEYS, _REQUIRED_SOURCE)
     ref = f"arXiv:{source['arxiv']}" if "arxiv" in source else (

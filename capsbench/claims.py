@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from capsbench.baselines import NAME, baselines_dir, check_mapping, source_label
+from capsbench.baselines import NAME, baselines_dir, check_mapping, read_sourced_list
 from capsbench.errors import CapsbenchError
 
 _CLAIM_KEYS = {
@@ -75,17 +73,8 @@ def load_claims(directory: Path | None = None) -> list[Claim]:
 
 
 def load_claims_file(path: Path) -> list[Claim]:
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise CapsbenchError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); fix the syntax") from None
-    if not isinstance(doc, dict) or set(doc) != {"source", "claims"}:
-        got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
-        raise CapsbenchError(f"{path}: expected a mapping with exactly the keys 'source' and 'claims', got {got}")
-    source = source_label(path, doc["source"])
-    if not isinstance(doc["claims"], list) or not doc["claims"]:
-        raise CapsbenchError(f"{path}: 'claims' must be a non-empty list of entries")
-    return [_claim(path, f"claims[{i}]", raw, source) for i, raw in enumerate(doc["claims"])]
+    source, claims = read_sourced_list(path, "claims")
+    return [_claim(path, f"claims[{i}]", raw, source) for i, raw in enumerate(claims)]
 
 
 def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
