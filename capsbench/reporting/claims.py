@@ -181,7 +181,9 @@ RULE = (f"Verdict rule: a claim that model A beats model B is supported when A i
         "the same test images, else Welch's t-test across seeds (at least two each), else, for exact counts such as "
         "parameters, the difference itself; a claimed factor (\"10x slower\") is tested on log values against the "
         "log of the factor. Undertrained models are never judged; a model measured with other arguments or "
-        "settings than the claim names has no records for it.")
+        "settings than the claim names has no records for it. A verdict is about the models as measured: below "
+        "budget=paper they are narrower and trained far less than the papers' models, so a verdict there says "
+        "whether the claim holds for them, not whether the published number is right.")
 
 
 def render_markdown(judgements: list[Judgement]) -> str:
