@@ -148,6 +148,8 @@ def combine(invocations: list[Invocation], records: dict[str, pd.DataFrame], mod
         owner = [latest[key] == inv.run_id for key in keys[inv.run_id]]
         parts.append(records[inv.run_id][owner])
     out = pd.concat(parts, ignore_index=True)
+    first_seen = {m: i for i, m in enumerate(dict.fromkeys(m for inv in invocations for m in records[inv.run_id]["model"]))}
+    out = out.sort_values("model", key=lambda col: col.map(first_seen), kind="stable").reset_index(drop=True)
     return out if models is None else out[out["model"].isin(models)].reset_index(drop=True)
 
 

@@ -70,6 +70,14 @@ def test_two_invocations_aggregate_over_distinct_seeds():
     assert set(only["model"]) == {"cnn_9x9"}
 
 
+def test_rows_keep_the_order_in_which_models_first_appeared():
+    """A model measured again by a later invocation keeps its place (the table's row order)."""
+    first = recs({("capsnet", 0): 99.0, ("cnn_9x9", 0): 97.0})
+    again = recs({("capsnet", 0): 98.0})
+    frame = combine([inv("a", 1), inv("b", 2)], {"a": first, "b": again}, None)
+    assert list(frame["model"]) == ["capsnet", "cnn_9x9"] and list(frame["value"]) == [98.0, 97.0]
+
+
 def test_a_model_trained_otherwise_joins_the_standard_runs_as_rows_of_its_own():
     """model_train.<m>.augment/adversarial runs combine with standard ones (their records carry `training`), but
     two runs of one model trained the same way must agree on every training setting."""
