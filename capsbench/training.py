@@ -97,7 +97,7 @@ def train_settings_identity(t: DictConfig) -> dict[str, Any]:
     return train
 
 
-def make_optimiser(model: Classifier, t: DictConfig, device: str = "cpu"
+def optimiser_and_schedule(model: Classifier, t: DictConfig, device: str = "cpu"
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """Adam (fused where the device allows, see make_optimizer) or SGD with momentum (train.optimizer), and its
     per-epoch schedule: lr x lr_decay after every epoch, or only after the epochs in lr_milestones (He et al.'s
@@ -170,7 +170,7 @@ def fit(
     """
     t, device = cfg.train, cfg.device
     check_train_settings(t, device)
-    opt, sched = make_optimiser(model, t, device)
+    opt, sched = optimiser_and_schedule(model, t, device)
     history: list[dict[str, float]] = []
     best_acc, best_epoch, best_state, first, reached = -1.0, -1, None, 0, False
     if resume is not None:

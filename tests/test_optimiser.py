@@ -5,7 +5,7 @@ import torch
 
 from capsbench.config import compose, for_model
 from capsbench.errors import CapsbenchError
-from capsbench.training import default_protocol, make_optimiser, obtain_model, training_identity
+from capsbench.training import default_protocol, optimiser_and_schedule, obtain_model, training_identity
 
 
 @pytest.mark.parametrize("override, message", [
@@ -45,7 +45,7 @@ def test_optimiser_settings_enter_the_key_only_when_not_the_default(smoke_cfg, t
 def test_sgd_step_schedule_known_learning_rates(smoke_cfg):
     t = smoke_cfg.train
     t.optimizer, t.lr, t.momentum, t.weight_decay, t.lr_decay, t.lr_milestones = "sgd", 0.1, 0.8, 1e-4, 0.1, [2, 4]
-    opt, sched = make_optimiser(torch.nn.Linear(2, 2), t)
+    opt, sched = optimiser_and_schedule(torch.nn.Linear(2, 2), t)
     assert isinstance(opt, torch.optim.SGD)
     assert (opt.defaults["momentum"], opt.defaults["weight_decay"]) == (0.8, 1e-4)
     lrs = []
@@ -55,7 +55,7 @@ def test_sgd_step_schedule_known_learning_rates(smoke_cfg):
         sched.step()
     assert lrs == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])
     t.optimizer, t.lr_milestones, t.lr_decay = "adam", None, 0.5
-    opt, sched = make_optimiser(torch.nn.Linear(2, 2), t)
+    opt, sched = optimiser_and_schedule(torch.nn.Linear(2, 2), t)
     opt.step()
     sched.step()
     assert isinstance(opt, torch.optim.Adam) and opt.param_groups[0]["lr"] == pytest.approx(0.05)
