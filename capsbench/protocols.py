@@ -176,17 +176,12 @@ class PadCropProtocol(TrainingProtocol):
         return {"protocol": self.name, "pad": self.pad, "flip": self.flip}
 
 
-# Natural-image datasets train with pad-4 random crops; mirrored street-number digits are no longer the same
-# digits, so SVHN is not flipped (so Hahn et al.'s released code trains it too).
-PAD_CROP_FLIP = {"cifar10": True, "svhn": False}
-
-
 def dataset_protocol(dataset: str, max_shift: int) -> TrainingProtocol:
-    """The default protocol for a dataset: its registered crop if it has one, CIFAR's pad-and-crop augmentation for
-    CIFAR-10 and SVHN, else Sabour's random shifts of up to max_shift pixels."""
-    crop_size = DATASETS.get(dataset).train_crop
-    if crop_size is not None:
-        return RandomCropProtocol(size=crop_size)
-    if dataset in PAD_CROP_FLIP:
-        return PadCropProtocol(pad=4, flip=PAD_CROP_FLIP[dataset])
+    """The default protocol for a dataset, from its registration: random crops (train_crop), padded random crops and
+    flips (train_pad, train_flip: CIFAR-10 and SVHN), else Sabour's random shifts of up to max_shift pixels."""
+    spec = DATASETS.get(dataset)
+    if spec.train_crop is not None:
+        return RandomCropProtocol(size=spec.train_crop)
+    if spec.train_pad:
+        return PadCropProtocol(pad=spec.train_pad, flip=spec.train_flip)
     return TrainingProtocol(max_shift=max_shift)

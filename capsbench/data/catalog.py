@@ -26,6 +26,8 @@ class DatasetSpec:
     num_classes: int
     description: str
     train_crop: int | None = None  # random crops of this size for training, centre crops for evaluation
+    train_pad: int = 0  # > 0: training images zero-padded by this many pixels, then randomly cropped to their size
+    train_flip: bool = False  # training images mirrored left-right with probability 1/2 (with train_pad)
     # % validation accuracy below which a trained model counts as undertrained and is never compared: far above
     # chance (10 % for ten classes, 20 % for smallNORB), far below what any budget's training reaches.
     min_val_accuracy: float = 50.0
@@ -39,10 +41,11 @@ DATASETS.register("fashion_mnist")(DatasetSpec(
     "Fashion-MNIST clothing images (Xiao et al. 2017), 60k/10k"))
 DATASETS.register("cifar10")(DatasetSpec(
     LazyFunction("capsbench.data.vision:load_cifar10"), 3, 32, 10, "CIFAR-10 natural images (Krizhevsky 2009), 50k/10k",
-    min_val_accuracy=30.0))
+    train_pad=4, train_flip=True, min_val_accuracy=30.0))  # He et al.'s augmentation (arXiv:1512.03385, sec. 4.2)
 DATASETS.register("svhn")(DatasetSpec(
     LazyFunction("capsbench.data.vision:load_svhn"), 3, 32, 10,
-    "SVHN cropped house-number digits (Netzer et al. 2011), 73k/26k"))
+    "SVHN cropped house-number digits (Netzer et al. 2011), 73k/26k",
+    train_pad=4))  # mirrored digits are no longer the same digits: no flips (as Hahn et al.'s released code trains it)
 DATASETS.register("smallnorb")(DatasetSpec(
     LazyFunction("capsbench.data.smallnorb:load_smallnorb"), 1, 48, 5,
     "smallNORB toys (LeCun et al. 2004), left image at 48x48, 32x32 crops; 24,300/24,300", train_crop=32,
