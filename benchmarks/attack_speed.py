@@ -22,18 +22,20 @@ import statistics
 import time
 from pathlib import Path
 
-import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 import torch
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
+import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 from capsbench.attacks import ATTACKS, AttackSettings, decisions
 from capsbench.attacks.base import start_noise
-from capsbench.config import compose
+from capsbench.config.compose import compose
+from capsbench.config.schema import TrainConfig
 from capsbench.cost.timing import device_label
 from capsbench.data import DATASETS, as_images, batches, load_splits
 from capsbench.models import MODELS, Classifier, create_model
-from capsbench.train_step import auto_threads, make_optimizer
+from capsbench.train.loop import make_optimizer
+from capsbench.train.step import auto_threads
 
 EPS, STEPS, STEP_RATIO = 0.1, 20, 2.5
 
@@ -52,7 +54,7 @@ def quick_capsnet(device: str) -> tuple[Classifier, dict]:
 def train_briefly(model: Classifier, train_x: torch.Tensor, train_y: torch.Tensor, images: int, device: str) -> None:
     """A few hundred Adam steps on unshifted training images: a model that classifies most digits, so that the
     attack meets images that resist some steps (an untrained model's decisions flip at the first step)."""
-    opt = make_optimizer(model.parameters(), lr=1e-3, device=device)
+    opt = make_optimizer(model.parameters(), TrainConfig(lr=1e-3), device)[0]
     model.train()
     gen = torch.Generator().manual_seed(0)
     for x, y in batches(train_x[:images], train_y[:images], 64, device=device, shuffle_generator=gen):

@@ -12,8 +12,8 @@ import logging
 import torch
 
 from capsbench.cost import routing_bench as rb
-from capsbench.cost.precision import check_precision, dtype_label
 from capsbench.cost.timing import device_label
+from capsbench.util.precision import check_precision, dtype_label
 
 log = logging.getLogger("routing_speed")
 

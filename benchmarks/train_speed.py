@@ -14,18 +14,20 @@ import os
 import statistics
 from collections.abc import Callable
 
-import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 import torch
 from omegaconf import OmegaConf
 from torch import nn
 from torch.nn import functional as F
 
-from capsbench.config import compose
+import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
+from capsbench.config.compose import compose
+from capsbench.config.schema import TrainConfig
 from capsbench.cost.timing import device_label, time_call
 from capsbench.data import DATASETS
 from capsbench.models import MODELS, Classifier, create_model
-from capsbench.protocols import Batch
-from capsbench.train_step import TrainStep, auto_threads, make_optimizer
+from capsbench.train.loop import make_optimizer
+from capsbench.train.protocols import Batch
+from capsbench.train.step import TrainStep, auto_threads
 
 MODELS_TIMED = ("capsnet", "cnn_sabour")
 
@@ -145,7 +147,7 @@ def steps_for(name: str, args: dict, batch: int, lr: float, device: str, compile
     steps: dict[str, Callable[[], object]] = {}
     for label, compile_model in (("capsbench", False), ("capsbench+compile", True))[: 1 + compiled]:
         model = create_model(name, **args).to(device)
-        step = TrainStep(model, make_optimizer(model.parameters(), lr=lr, device=device), device=device, compile_model=compile_model)
+        step = TrainStep(model, make_optimizer(model.parameters(), TrainConfig(lr=lr), device)[0], device=device, compile_model=compile_model)
         steps[label] = lambda step=step: step(Batch(images, labels))
     ref = reference_for(name, create_model(name, **args), args).to(device)
     opt = torch.optim.Adam(ref.parameters(), lr=lr)

@@ -4,13 +4,12 @@ import os
 import sys
 
 # Idle OpenMP workers sleep instead of spinning. On a 2-core machine shared with other jobs, spinning workers made
-# a 2-thread CapsNet training step 3-7x slower than 1 thread; sleeping ones ran level with it (capsbench.train_step).
+# a 2-thread CapsNet training step 3-7x slower than 1 thread; sleeping ones ran level with it (capsbench.train.step).
 # libgomp reads this once, when torch loads: set OMP_WAIT_POLICY yourself to override, or before importing torch.
 if "torch" not in sys.modules:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from capsbench.models import create_model, list_models  # noqa: E402
-
-__version__ = "0.1.0"
+from capsbench.util.version import __version__  # noqa: E402
 
 __all__ = ["__version__", "create_model", "list_models"]

@@ -40,14 +40,14 @@ def _fail(message: str, code: int = 2) -> None:
 
 def _check_format(fmt: str) -> None:
     if fmt not in FORMATS:
-        from capsbench.registry import close_matches
+        from capsbench.util.registry import close_matches
 
         _fail(f"unknown --format {fmt!r}: {close_matches(fmt, list(FORMATS))}")
 
 
 def _version(show: bool) -> None:
     if show:
-        from capsbench import __version__
+        from capsbench.util.version import __version__
 
         typer.echo(f"capsbench {__version__}")
         raise typer.Exit()
@@ -62,7 +62,7 @@ def _main(
 
 def _setup_logging(quiet: bool = False) -> None:
     """INFO lines on stderr (warnings only with --quiet, which also turns progress bars off)."""
-    from capsbench.progress import set_quiet
+    from capsbench.util.progress import set_quiet
 
     set_quiet(quiet)
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(name)s: %(message)s",
@@ -77,11 +77,11 @@ def _setup_logging(quiet: bool = False) -> None:
              "Finished units are kept: after Ctrl-C or a kill the same command measures only what is missing "
              "(remeasure=true measures everything again).")
 def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    from capsbench.config import compose_suites
+    from capsbench.config.compose import compose_suites
 
     try:
         cfgs = compose_suites(list(overrides or []))
-        from capsbench.runner import run_suites  # heavy: only once the input is known to be good
+        from capsbench.run.driver import run_suites  # heavy: only once the input is known to be good
 
         _setup_logging(quiet)
         results = run_suites(cfgs)
@@ -114,7 +114,7 @@ def _where(cfg: Any, result: Any) -> str:
 @app.command(help="Train one model (or fetch it from the checkpoint cache) and print where it is.\n\n"
              "Examples:\n\n  capsbench train model=capsnet dataset=mnist\n\n  capsbench train model=cnn_9x9 budget=smoke seed=1")
 def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    from capsbench.config import compose, parse_overrides
+    from capsbench.config.compose import compose, parse_overrides
 
     try:
         items = list(overrides or [])
@@ -123,11 +123,11 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
             raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
         rest = [i for i in items if not i.startswith(("model=", "seed="))]
         cfg = compose([*rest, f"models=[{raw['model']}]", f"seeds=[{raw.get('seed', '0')}]"], require_suite=False)
-        from capsbench.unit_execution import load_data  # heavy: only once the input is known to be good
-        from capsbench.training import obtain_model
+        from capsbench.run.execute import trained as train_unit  # heavy: only once the input is known to be good
+        from capsbench.run.plan import training_unit
 
         _setup_logging(quiet)
-        trained = obtain_model(cfg, raw["model"], cfg.seeds[0], load_data(cfg.dataset, cfg.data))
+        trained = train_unit(training_unit(cfg, raw["model"], cfg.seeds[0]))
     except CapsbenchError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -144,11 +144,11 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
              "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir. "
              "Runs of different budgets or capsbench versions are never mixed.")
 def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    from capsbench.config import compose_report
+    from capsbench.config.compose import compose_report
 
     try:
         cfg = compose_report(list(overrides or []))
-        from capsbench.summary import build_report  # heavy: only once the input is known to be good
+        from capsbench.reporting.report import build_report  # heavy: only once the input is known to be good
 
         _setup_logging(quiet)
         result = build_report(cfg)
@@ -157,7 +157,7 @@ def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
     for section in result.sections:
         typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
     if result.claims:
-        from capsbench.reporting.claims import render_markdown
+        from capsbench.reporting.verdicts import render_markdown
 
         typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
     typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
@@ -194,11 +194,11 @@ def list_(
     _check_format(fmt)
     kinds = ("models", "datasets", "suites", "checkpoints")
     if what not in kinds:
-        from capsbench.registry import close_matches
+        from capsbench.util.registry import close_matches
 
         _fail(f"cannot list {what!r}: {close_matches(what, list(kinds))}")
     if what == "checkpoints":
-        from capsbench.checkpoint_list import cache_directory, list_checkpoints, text_lines
+        from capsbench.run.checkpoint_list import cache_directory, list_checkpoints, text_lines
 
         try:
             directory = cache_directory(list(overrides or []))
@@ -226,7 +226,7 @@ def list_(
              "starts).\n\nExamples:\n\n  capsbench show-config suite=accuracy budget=smoke\n\n"
              "  capsbench show-config suite=robustness --format json")
 def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
-    from capsbench.config import compose, to_dict, to_yaml
+    from capsbench.config.compose import compose, to_dict, to_yaml
 
     _check_format(fmt)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.data import DatasetSpec, Splits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,6 +48,13 @@ def smoke_cfg(tmp_path: Path):
     )
 
 
+def unit_cfg(cfg, model: str, seed: int = 0):
+    """What a unit of `model` reads: the run config with its per-model settings resolved, as the planner does."""
+    from capsbench.run.plan import training_unit
+
+    return training_unit(cfg, model, seed).run_config()
+
+
 @pytest.fixture
 def mnist_root() -> Path:
     if not (MNIST_ROOT / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists():
@@ -59,17 +66,17 @@ def mnist_root() -> Path:
 def tracked_store(tmp_path_factory):
     """A real MLflow SQLite store written by two `capsbench run` invocations (seeds 0,1 then 2,3) of the
     accuracy suite at the smoke budget, on synthetic images: (tracking uri, output dir, records of both)."""
-    from capsbench import runner, unit_execution
+    from capsbench.run import driver, execute
 
     out = tmp_path_factory.mktemp("tracked")
     uri = f"sqlite:///{out / 'mlflow.db'}"
     records = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(unit_execution, "load_data", lambda dataset, data: make_splits())
+        mp.setattr(execute, "load_data", lambda dataset, data: make_splits())
         for seeds in ("[0,1]", "[2,3]"):
             cfg = compose(["suite=accuracy", "budget=smoke", f"output_dir={out}", f"tracking.uri={uri}",
                            "train.epochs=1", "device=cpu", f"seeds={seeds}", "models=[capsnet,cnn_sabour]"])
-            records += runner.run_suite(cfg).records
+            records += driver.run_suite(cfg).records
     return uri, out, records
 
 

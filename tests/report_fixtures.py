@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.robustness_checks import sanity_flags
+from capsbench.util.stats import accuracy_fields, error_fields
 
 
 def acc(suite: str, model: str, metric: str, right: int, n: int, seed: int = 0, error: bool = False,

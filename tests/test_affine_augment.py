@@ -4,15 +4,20 @@ keep every digit's ink on the canvas, and give the affine suite its own protocol
 import pytest
 import torch
 
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.data.affine_augment import (
-    AugmentRanges, affine_matrices, draw_transforms, place_keeping_ink, random_affine_on_canvas, warp_about_centre,
+    AugmentRanges,
+    affine_matrices,
+    draw_transforms,
+    place_keeping_ink,
+    random_affine_on_canvas,
+    warp_about_centre,
 )
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.errors import CapsbenchError
-from capsbench.protocols import AffineCanvasProtocol, CanvasProtocol
+from capsbench.run.plan import plan
 from capsbench.suites.affine import AffineSuite
-from capsbench.units import plan
+from capsbench.train.protocols import AffineCanvasProtocol, CanvasProtocol
 from tests.conftest import make_splits
 
 

@@ -3,14 +3,15 @@
 import pytest
 import torch
 
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.errors import CapsbenchError
-from capsbench.evaluation import predict
 from capsbench.models import create_model
-from capsbench.protocols import CanvasProtocol
 from capsbench.suites import SUITES, Context
 from capsbench.suites.affine import SWEEPS, AffineTestSet, sweep_transform
-from capsbench.training import fit, training_identity
+from capsbench.train.evaluation import predict
+from capsbench.train.loop import fit
+from capsbench.train.protocols import CanvasProtocol
+from capsbench.train.trained import training_identity
 
 
 def test_canvas_protocol_trains_on_random_placements_and_evaluates_centred():

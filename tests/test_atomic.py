@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from capsbench.atomic import atomic_file, write_text
+from capsbench.util.atomic import atomic_file, write_text
 
 
 @pytest.fixture
@@ -36,11 +36,11 @@ def test_checkpoints_and_figures_follow_the_umask(tmp_path, umask):
     import matplotlib.pyplot as plt
     import torch
 
-    from capsbench.checkpoints import atomic_save
     from capsbench.reporting.figures import save_figure
+    from capsbench.util.atomic import save_torch
 
     umask(0o022)
-    atomic_save({"w": torch.ones(2)}, tmp_path / "k.ckpt")
+    save_torch({"w": torch.ones(2)}, tmp_path / "k.ckpt")
     fig, _ = plt.subplots()
     paths = save_figure(fig, tmp_path / "plot")
     assert [_mode(p) for p in [tmp_path / "k.ckpt", *paths]] == [0o644, 0o644, 0o644]

@@ -5,6 +5,7 @@ import functools
 
 import pytest
 import torch
+from conftest import make_splits
 from test_models import tiny_args
 
 from capsbench import create_model, list_models
@@ -14,7 +15,6 @@ from capsbench.data import batches
 from capsbench.errors import CapsbenchError
 from capsbench.models import LogitsAdapter
 from capsbench.models.capsules import LOG_EPS
-from conftest import make_splits
 
 SETTINGS = AttackSettings(steps=10, step_ratio=2.5, restarts=1, square_queries=50, num_classes=10, seed=0, batch_size=40)
 GRADIENT = ("fgsm", "pgd", "pgd_adaptive", "vote")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from capsbench.baselines import Published, load_baselines, load_file, matching
 from capsbench.errors import CapsbenchError
+from capsbench.reporting.baselines import Published, load_baselines, load_file, matching
 
 
 def test_shipped_baselines_validate_and_carry_sources():

@@ -7,9 +7,10 @@ import random
 import pytest
 import torch
 
-from capsbench import checkpoints
-from capsbench.checkpoints import CheckpointCache, content_key
-from capsbench.training import default_protocol, obtain_model, training_identity
+from capsbench.train import checkpoints
+from capsbench.train.checkpoints import CheckpointCache
+from capsbench.train.trained import default_protocol, obtain_model, training_identity
+from capsbench.util.hashing import content_key
 
 
 def _damage(path, how: str) -> bytes:
@@ -37,7 +38,7 @@ def loads(monkeypatch):
 def test_unreadable_checkpoint_is_moved_aside_and_retrained(smoke_cfg, tiny_splits, caplog, loads, how):
     first = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
     bad = _damage(first.path, how)
-    with caplog.at_level(logging.WARNING, logger="capsbench.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="capsbench.train.checkpoints"):
         again = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
     assert not again.cached and again.key == first.key
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -55,7 +56,7 @@ def test_unreadable_resume_file_is_moved_aside_and_training_starts_over(smoke_cf
     cache = CheckpointCache(smoke_cfg.cache_dir)
     cache.save_partial(key, {"model": {"w": torch.ones(1000)}, "epoch": 0})  # a real file to truncate
     _damage(cache.partial_path(key), how)
-    with caplog.at_level(logging.WARNING, logger="capsbench.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="capsbench.train.checkpoints"):
         trained = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
     assert trained.key == key and len(trained.meta["history"]) == 2  # both epochs trained from the start
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -68,6 +69,6 @@ def test_unreadable_resume_file_is_moved_aside_and_training_starts_over(smoke_cf
 def test_a_readable_file_that_is_not_a_checkpoint_is_moved_aside(smoke_cfg, tiny_splits, caplog):
     first = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
     torch.save({"weights": torch.ones(2)}, first.path)  # loads fine, but holds no state_dict / meta
-    with caplog.at_level(logging.WARNING, logger="capsbench.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="capsbench.train.checkpoints"):
         assert not obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits).cached
     assert "lacks state_dict, meta" in caplog.text

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from capsbench.checkpoint_list import cache_directory, list_checkpoints
-from capsbench.checkpoints import CheckpointCache
 from capsbench.errors import CapsbenchError
-from capsbench.training import obtain_model
+from capsbench.run.checkpoint_list import cache_directory, list_checkpoints
+from capsbench.train.checkpoints import CheckpointCache
+from capsbench.train.trained import obtain_model
 
 
 @pytest.fixture

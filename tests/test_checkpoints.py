@@ -3,8 +3,11 @@
 import pytest
 import torch
 
-from capsbench.checkpoints import CheckpointCache, atomic_save, content_key
-from capsbench.training import default_protocol, obtain_model, training_identity
+from capsbench.train.checkpoints import CheckpointCache
+from capsbench.train.trained import default_protocol, obtain_model, training_identity
+from capsbench.util.atomic import save_torch
+from capsbench.util.hashing import content_key
+from tests.conftest import unit_cfg
 
 
 class ExplodesWhenPickled:
@@ -15,11 +18,11 @@ class ExplodesWhenPickled:
 def test_interrupted_write_leaves_no_file_and_keeps_the_old_one(tmp_path):
     path = tmp_path / "model.ckpt"
     with pytest.raises(KeyboardInterrupt):
-        atomic_save({"w": torch.ones(3), "bad": ExplodesWhenPickled()}, path)
+        save_torch({"w": torch.ones(3), "bad": ExplodesWhenPickled()}, path)
     assert list(tmp_path.iterdir()) == []
-    atomic_save({"w": torch.ones(3)}, path)
+    save_torch({"w": torch.ones(3)}, path)
     with pytest.raises(KeyboardInterrupt):
-        atomic_save({"w": torch.zeros(3), "bad": ExplodesWhenPickled()}, path)
+        save_torch({"w": torch.zeros(3), "bad": ExplodesWhenPickled()}, path)
     assert torch.equal(torch.load(path, weights_only=True)["w"], torch.ones(3))
     assert [p.name for p in tmp_path.iterdir()] == ["model.ckpt"]
 
@@ -46,7 +49,7 @@ def test_cache_hit_and_miss(smoke_cfg, tiny_splits):
 def test_model_train_settings_train_and_key_the_checkpoint(smoke_cfg, tiny_splits):
     plain = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
     smoke_cfg.model_train = {"cnn_9x9": {"lr": 0.002}}
-    tuned = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    tuned = obtain_model(unit_cfg(smoke_cfg, "cnn_9x9"), "cnn_9x9", 0, tiny_splits)
     assert not tuned.cached and tuned.key != plain.key
     assert tuned.meta["identity"]["train"]["lr"] == 0.002
 

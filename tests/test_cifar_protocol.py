@@ -2,7 +2,7 @@
 
 import torch
 
-from capsbench.protocols import PadCropProtocol, TrainingProtocol, dataset_protocol
+from capsbench.train.protocols import PadCropProtocol, TrainingProtocol, dataset_protocol
 
 
 def test_pad_crop_protocol_crops_padded_images_and_flips():

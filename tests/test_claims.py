@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import report_fixtures as fixtures
 
-from capsbench.claims import Claim, Side, load_claims, load_claims_file
 from capsbench.errors import CapsbenchError
-from capsbench.reporting.claims import NO_RECORDS, REFUTED, SUPPORTED, UNRESOLVED, Run, as_rows, judge
+from capsbench.reporting.claim_files import Claim, Side, load_claims, load_claims_file
 from capsbench.reporting.frame import records_frame
+from capsbench.reporting.verdicts import NO_RECORDS, REFUTED, SUPPORTED, UNRESOLVED, Run, as_rows, judge
 from capsbench.suites import SUITES
 
 

@@ -5,9 +5,10 @@ from datetime import datetime, timezone
 import pandas as pd
 import pytest
 
-from capsbench.collect import Invocation, Selection, check_comparable, combine, parse_when, select
 from capsbench.errors import CapsbenchError
-from capsbench.reporting.frame import aggregate, records_frame
+from capsbench.reporting.collect import Invocation, Selection, check_comparable, combine, parse_when, select
+from capsbench.reporting.frame import records_frame
+from capsbench.reporting.tables import build_tables
 from capsbench.suites.accuracy import AccuracySuite
 
 ARGS = {"capsnet": {"routing_iterations": "3"}, "cnn_9x9": {"channels": "[8, 8, 4]"}}
@@ -60,12 +61,14 @@ def test_two_invocations_aggregate_over_distinct_seeds():
     second = recs({("capsnet", 2): 97.0, ("capsnet", 1): 10.0, ("cnn_9x9", 2): 95.0})  # seed 1 measured again
     runs = [inv("b", 2), inv("a", 1)]  # any order in, oldest wins first
     frame = combine(select(runs, Selection()), {"a": first, "b": second}, None)
-    agg = aggregate(records_frame(frame.to_dict("records"), AccuracySuite), AccuracySuite).set_index("model")
+    [table] = build_tables(records_frame(frame.to_dict("records"), AccuracySuite), AccuracySuite, AccuracySuite.layout)
+    [key] = [h.key for h in table.headers if h.kind == "measured" and h.label == "accuracy"]
+    cells = {row[-1]: table.cells[(i, key)] for i, row in enumerate(table.rows)}
     # capsnet: seeds 0, 1 (the later 10.0 replaces 98.0), 2 -> mean of 99, 10, 97
-    assert agg.at["capsnet", "n"] == 3
-    assert agg.at["capsnet", "mean"] == pytest.approx((99 + 10 + 97) / 3)
-    assert agg.at["capsnet", "std"] == pytest.approx(pd.Series([99.0, 10.0, 97.0]).std())
-    assert agg.at["cnn_9x9", "n"] == 3 and agg.at["cnn_9x9", "mean"] == pytest.approx(96.0)
+    assert cells["capsnet"].seeds == 3
+    assert cells["capsnet"].mean == pytest.approx((99 + 10 + 97) / 3)
+    assert cells["capsnet"].std == pytest.approx(pd.Series([99.0, 10.0, 97.0]).std())
+    assert cells["cnn_9x9"].seeds == 3 and cells["cnn_9x9"].mean == pytest.approx(96.0)
     only = combine(select(runs, Selection()), {"a": first, "b": second}, ("cnn_9x9",))
     assert set(only["model"]) == {"cnn_9x9"}
 

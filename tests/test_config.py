@@ -4,7 +4,8 @@ import pytest
 from typer.testing import CliRunner
 
 from capsbench.cli import app
-from capsbench.config import compose, for_model
+from capsbench.config.compose import compose
+from capsbench.config.per_model import model_trains
 from capsbench.errors import CapsbenchError
 
 
@@ -19,9 +20,9 @@ def test_precedence_defaults_budget_suite_cli(tmp_path):
 
 def test_model_train_overrides_only_its_model(tmp_path):
     cfg = compose(["suite=accuracy", "model_train.capsnet.lr=0.01", f"output_dir={tmp_path}"])
-    assert for_model(cfg, "capsnet").train.lr == 0.01
-    assert for_model(cfg, "capsnet").train.epochs == cfg.train.epochs
-    assert for_model(cfg, "cnn_sabour").train.lr == cfg.train.lr == 0.001
+    assert model_trains(cfg)["capsnet"].lr == 0.01
+    assert model_trains(cfg)["capsnet"].epochs == cfg.train.epochs
+    assert model_trains(cfg)["cnn_sabour"].lr == cfg.train.lr == 0.001
 
 
 def test_derived_defaults(tmp_path, monkeypatch):

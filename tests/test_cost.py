@@ -9,10 +9,10 @@ from torch import nn
 from capsbench import create_model
 from capsbench.cost import routing_bench as rb
 from capsbench.cost.memory import StepSpec, cpu_peak_rss
-from capsbench.cost.precision import autocast, check_precision
 from capsbench.cost.timing import fit_line, routing_inputs, routing_modules, time_iterations
 from capsbench.errors import CapsbenchError
 from capsbench.models.routing import DynamicRouting
+from capsbench.util.precision import autocast, check_precision
 
 
 def test_fit_line_recovers_a_known_slope():

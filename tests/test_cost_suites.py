@@ -4,20 +4,20 @@ variants expanded into record columns, parameters validated before anything runs
 import pandas as pd
 import pytest
 
-from capsbench import runner, unit_execution
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.errors import CapsbenchError
+from capsbench.run import driver, execute
 from capsbench.suites import SUITES
 
 
 @pytest.fixture
 def run(tmp_path, monkeypatch, tiny_splits):
     """run(*overrides): the smoke budget on synthetic splits, everything under tmp_path, MLflow off."""
-    monkeypatch.setattr(unit_execution, "load_data", lambda dataset, data: tiny_splits)
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: tiny_splits)
 
     def go(*overrides):
         cfg = compose([*overrides, "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu"])
-        return runner.run_suite(cfg)
+        return driver.run_suite(cfg)
 
     return go
 

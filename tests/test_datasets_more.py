@@ -12,7 +12,7 @@ import torch
 from capsbench.data import DATASETS, load_splits
 from capsbench.data.smallnorb import PREFIXES, read_binary_matrix
 from capsbench.errors import CapsbenchError
-from capsbench.protocols import RandomCropProtocol, TrainingProtocol, dataset_protocol
+from capsbench.train.protocols import RandomCropProtocol, TrainingProtocol, dataset_protocol
 
 
 def write_idx(path, array: np.ndarray) -> None:

@@ -3,15 +3,15 @@ clean images, rejected decisions in the PGD engine, and the suite's detection re
 
 import pytest
 import torch
-
-from capsbench import create_model
-from capsbench.attacks.objectives import Judgement, Objective
-from capsbench.attacks.base import REJECTED
-from capsbench.attacks.pgd import pgd_rows
-from capsbench.detection import distances, fit_detector, threshold_for
 from conftest import make_splits
 from test_models import tiny_args
 from test_robustness import BandModel, measure
+
+from capsbench import create_model
+from capsbench.attacks.base import REJECTED
+from capsbench.attacks.detector import distances, fit_detector, threshold_for
+from capsbench.attacks.objectives import Judgement, Objective
+from capsbench.attacks.pgd import pgd_rows
 
 
 @pytest.mark.parametrize("values, fpr, expected", [

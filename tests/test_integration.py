@@ -6,8 +6,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from capsbench import unit_execution
 from capsbench.cli import app
+from capsbench.run import execute
 
 
 def run_cli(args):
@@ -81,7 +81,7 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
 @pytest.mark.slow
 def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_args, monkeypatch):
     uri, args = smoke_args
-    real_obtain = unit_execution.obtain_model
+    real_obtain = execute.obtain_model
     calls = []
 
     def interrupt_on_second_model(cfg, name, *args):
@@ -90,7 +90,7 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
             raise KeyboardInterrupt
         return real_obtain(cfg, name, *args)
 
-    monkeypatch.setattr(unit_execution, "obtain_model", interrupt_on_second_model)
+    monkeypatch.setattr(execute, "obtain_model", interrupt_on_second_model)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130 and "interrupted" in result.output
     assert not (tmp_path / "out" / "accuracy" / "table.md").exists()
@@ -100,6 +100,6 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
     assert parent.info.status == "KILLED"
     assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]  # model 1's unit logged whole, model 2 cut before
 
-    monkeypatch.setattr(unit_execution, "obtain_model", real_obtain)
+    monkeypatch.setattr(execute, "obtain_model", real_obtain)
     run_cli(args)
     assert (tmp_path / "out" / "accuracy" / "table.md").exists()

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import report_fixtures as fixtures
 
-from capsbench.claims import load_claims
-from capsbench.reporting import claims as verdicts
+from capsbench.reporting import verdicts
+from capsbench.reporting.claim_files import load_claims
 from capsbench.reporting.document import Document, Run, Section, render_latex
 from capsbench.reporting.outputs import write_suite
 from capsbench.suites import CATALOG, SUITES

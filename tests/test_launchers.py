@@ -12,14 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import MNIST_ROOT
 from mlflow.tracking import MlflowClient
 
-from capsbench import runner
-from capsbench.config import compose, compose_suites
+from capsbench.config.compose import compose, compose_suites
 from capsbench.errors import CapsbenchError
-from capsbench.launchers import remote
-from capsbench.units import UnitResult, plan
-from conftest import MNIST_ROOT
+from capsbench.run import driver
+from capsbench.run.launchers import remote
+from capsbench.run.plan import plan
+from capsbench.run.units import UnitResult
 
 SMOKE = ["budget=smoke", "device=cpu", "threads=1"]
 GRID = ["suite=[accuracy,robustness]", *SMOKE, "train.epochs=2", "models=[cnn_9x9,cnn_sabour]", "seeds=[0,1]",
@@ -79,7 +80,7 @@ def test_worker_answers_are_read_by_the_driver(tmp_path):
 def test_retrain_is_honoured_once_per_checkpoint(tmp_path):
     """With retrain=true a group's training task retrains; its units then load that checkpoint, while a unit that
     trains its own checkpoint still retrains it. Neither changes the unit's key."""
-    slurm_jobs = pytest.importorskip("capsbench.launchers.slurm_jobs")
+    slurm_jobs = pytest.importorskip("capsbench.run.launchers.slurm_jobs")
     (unit,) = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]", "retrain=true"]))
     assert remote.after_training(unit).config["retrain"] is False and remote.after_training(unit).key == unit.key
     assert slurm_jobs.Work("measure", [unit]).spec.config["retrain"] is True
@@ -108,7 +109,7 @@ def local_grid(tmp_path_factory):
     if not (MNIST_ROOT / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists():
         pytest.skip(f"real MNIST not found under {MNIST_ROOT} (set CAPSBENCH_DATA)")
     out = tmp_path_factory.mktemp("local")
-    runner.run_suites(compose_suites([*GRID, f"output_dir={out}", "tracking.enabled=false"]))
+    driver.run_suites(compose_suites([*GRID, f"output_dir={out}", "tracking.enabled=false"]))
     return out
 
 
@@ -186,8 +187,8 @@ def test_submitit_local_jobs_equal_local_and_a_failing_job_is_resubmitted(tmp_pa
     cfgs = compose_suites([*GRID, "seeds=[0]", f"output_dir={out}", "tracking.enabled=false", "launcher=slurm", "slurm.cluster=local",
                            "slurm.gpus_per_unit=0", "slurm.cpus_per_unit=1", "slurm.array_parallelism=2",
                            "slurm.max_retries=1", "slurm.time=30"])
-    with caplog.at_level("WARNING", logger="capsbench.launchers.slurm_jobs"):
-        accuracy, robustness = runner.run_suites(cfgs)
+    with caplog.at_level("WARNING", logger="capsbench.run.launchers.slurm_jobs"):
+        accuracy, robustness = driver.run_suites(cfgs)
     assert rows(out, "accuracy") == rows(local_grid, "accuracy", seeds=(0,))
     assert rows(out, "robustness") == rows(local_grid, "robustness", without=("cnn_sabour", 0), seeds=(0,))
     assert [m.spec.name for m in robustness.missing] == ["robustness/cnn_sabour-mnist-s0"] and not accuracy.missing

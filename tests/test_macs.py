@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from capsbench import create_model, list_models
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.cost.macs import count_macs, flop_counter_total, fvcore_analysis, parameter_counts
 from capsbench.models.capsules import CapsuleVotes
 from capsbench.models.routing import DynamicRouting

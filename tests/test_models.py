@@ -5,9 +5,9 @@ import torch
 
 from capsbench import create_model, list_models
 from capsbench.errors import CapsbenchError
-from capsbench.data.multimnist_protocol import MultiMNISTProtocol
 from capsbench.models import MODELS
 from capsbench.models.capsules import margin_loss
+from capsbench.train.multimnist_protocol import MultiMNISTProtocol
 
 TINY = {
     "capsnet": {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},

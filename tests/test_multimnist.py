@@ -15,8 +15,7 @@ from capsbench.data.multimnist import (
     place,
     render,
 )
-from capsbench.data.multimnist_protocol import MultiMNISTProtocol, both_correct, digits_found
-from capsbench.errors import CapsbenchError
+from capsbench.train.multimnist_protocol import MultiMNISTProtocol, both_correct, digits_found
 from tests.conftest import make_splits
 
 

@@ -5,16 +5,16 @@ import torch
 from matplotlib.figure import Figure
 
 from capsbench import create_model
-from capsbench.config import compose
-from capsbench.data.multimnist_protocol import MultiMNISTProtocol
+from capsbench.config.compose import compose
 from capsbench.errors import CapsbenchError
-from capsbench.evaluation import accuracy
 from capsbench.models.capsules import margin_loss, reconstruction_loss
-from capsbench.protocols import TrainingProtocol
 from capsbench.reporting.frame import records_frame
 from capsbench.reporting.tables import build_tables
 from capsbench.suites import SUITES, Context
-from capsbench.training import fit
+from capsbench.train.evaluation import accuracy
+from capsbench.train.loop import fit
+from capsbench.train.multimnist_protocol import MultiMNISTProtocol
+from capsbench.train.protocols import TrainingProtocol
 from tests.conftest import make_splits
 from tests.test_models import tiny_args
 

@@ -9,12 +9,12 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from capsbench import create_model
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.data import load_splits
 from capsbench.data.multimnist import make_recipe, render
 from capsbench.models.base import multi_hot_loss
 from capsbench.suites.overlap import OverlapSuite
-from capsbench.training import fit
+from capsbench.train.loop import fit
 from tests.conftest import make_splits
 
 

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 
 from capsbench.reporting import csv, latex, markdown
-from capsbench.reporting.frame import aggregate, records_frame
-from capsbench.reporting.layout import Column, Layout, SweepColumns, TableSpec
+from capsbench.reporting.frame import records_frame
 from capsbench.reporting.model import Header, Measured, Table, split_parts
 from capsbench.reporting.outputs import write_outputs
 from capsbench.reporting.tables import build_tables
-from capsbench.stats import accuracy_fields
 from capsbench.suites.accuracy import AccuracySuite
+from capsbench.suites.layout import Layout, SweepColumns, TableSpec
+from capsbench.util.stats import accuracy_fields
 
 
 def records():
@@ -34,12 +34,19 @@ def best(t):
     return {h.label: {t.rows[i][-1] for i, k in t.best if k == h.key} for h in t.headers if h.kind == "measured"}
 
 
-def test_aggregate_mean_std_n():
-    agg = aggregate(records_frame(records(), AccuracySuite), AccuracySuite).set_index(["model", "metric"])
-    assert agg.loc[("a", "test_accuracy"), "mean"] == pytest.approx(98.0)
-    assert agg.loc[("a", "test_accuracy"), "std"] == pytest.approx(0.4)  # sample std (ddof=1)
-    assert agg.loc[("a", "test_accuracy"), "n"] == 3
-    assert agg.loc[("b", "test_error"), "std"] == pytest.approx(0.2)
+def measured(t, model, label):
+    """The Measured cell of `model`'s row under the header labelled `label`."""
+    [key] = [h.key for h in t.headers if h.kind == "measured" and h.label == label]
+    [row] = [i for i, r in enumerate(t.rows) if r[-1] == model]
+    return t.cells[(row, key)]
+
+
+def test_cells_hold_mean_sample_std_and_seeds():
+    t = table(records())
+    assert measured(t, "a", "accuracy").mean == pytest.approx(98.0)
+    assert measured(t, "a", "accuracy").std == pytest.approx(0.4)  # sample std (ddof=1)
+    assert measured(t, "a", "accuracy").seeds == 3
+    assert measured(t, "b", "error").std == pytest.approx(0.2)
 
 
 def test_best_respects_direction_and_significance():

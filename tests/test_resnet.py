@@ -5,10 +5,10 @@ import torch
 from torch.nn import functional as F
 
 from capsbench import create_model
-from capsbench.baselines import load_baselines, matching
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS
 from capsbench.models.resnet import BasicBlock, ResNetTrunk, resnet_blocks
+from capsbench.reporting.baselines import load_baselines, matching
 
 
 def n_params(model) -> int:

@@ -7,24 +7,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import make_splits
+from test_models import tiny_args
 from torch import nn
 from typer.testing import CliRunner
 
 from capsbench import create_model, list_models
-from capsbench.models import MODELS
 from capsbench.cli import app
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.data import load_splits
 from capsbench.errors import CapsbenchError
-from capsbench.models import Classifier, ModelOutput
-from capsbench.protocols import TrainingProtocol
+from capsbench.models import MODELS, Classifier, ModelOutput
 from capsbench.reporting.outputs import write_outputs
-from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context
 from capsbench.suites.robustness import RobustnessParams, RobustnessSuite
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
-from conftest import make_splits
-from test_models import tiny_args
+from capsbench.suites.robustness_params import eps_grid
+from capsbench.train.protocols import TrainingProtocol
+from capsbench.util.stats import accuracy_fields
 
 
 class BandModel(Classifier):
@@ -51,7 +51,7 @@ def measure(model: Classifier, **overrides) -> list[dict]:
                 "square_queries": 200, "batch_size": 16, "examples": 4, **overrides}
     params = RobustnessParams(**settings)
     ctx = Context(model=model.eval(), model_name="band", splits=make_splits(n_test=48), params=params, device="cpu",
-                  batch_size=16, seed=0, protocol=TrainingProtocol())
+                  batch_size=16, seed=0, protocol=TrainingProtocol(), resources=eps_grid(params, "synthetic"))
     return [{"model": "band", "dataset": "synthetic", "seed": 0, **r} for r in RobustnessSuite().measure(ctx)]
 
 
@@ -262,7 +262,7 @@ def test_every_capsule_model_gets_the_adaptive_attacks_and_a_worst_case(name):
 @pytest.mark.parametrize("budget", ["smoke", "quick", "paper"])
 def test_robustness_reuses_the_accuracy_suites_checkpoints(tmp_path, budget):
     from capsbench.suites import SUITES
-    from capsbench.training import training_identity
+    from capsbench.train.trained import training_identity
 
     splits = make_splits()
     identities = []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from capsbench.reporting.significance import Cell, best_row
-from capsbench.stats import (
+from capsbench.util.stats import (
     accuracy_fields,
     decode_outcomes,
     encode_outcomes,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsbench.config import compose
+from capsbench.config.compose import compose
 from capsbench.models import create_model
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "train_speed.py"

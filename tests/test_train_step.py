@@ -5,14 +5,16 @@ import os
 import pytest
 import torch
 
-from capsbench.checkpoints import content_key
-from capsbench.config import compose
+from capsbench.config.compose import compose
+from capsbench.config.schema import TrainConfig
 from capsbench.data import random_shift
 from capsbench.errors import CapsbenchError
 from capsbench.models import create_model
-from capsbench.protocols import Batch, TrainingProtocol
-from capsbench.train_step import TrainStep, auto_threads, cpu_quota, make_optimizer
-from capsbench.training import default_protocol, fit, training_identity
+from capsbench.train.loop import fit, make_optimizer
+from capsbench.train.protocols import Batch, TrainingProtocol
+from capsbench.train.step import TrainStep, auto_threads, cpu_quota
+from capsbench.train.trained import default_protocol, training_identity
+from capsbench.util.hashing import content_key
 
 TINY_CAPSNET = {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": [16]}
 
@@ -82,7 +84,7 @@ def test_fused_adam_follows_the_per_parameter_loop():
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(50, 7)), torch.nn.Parameter(torch.randn(3))]
     twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    fused, loop = make_optimizer(params, lr=1e-3, device="cpu"), torch.optim.Adam(twins, lr=1e-3, foreach=False)
+    fused, loop = make_optimizer(params, TrainConfig(lr=1e-3), "cpu")[0], torch.optim.Adam(twins, lr=1e-3, foreach=False)
     assert fused.defaults["fused"]
     for step in range(5):
         for p, q in zip(params, twins):
@@ -108,7 +110,7 @@ def test_bf16_step_keeps_routing_and_the_loss_in_fp32():
     """bf16 is refused on CPU by the config; CPU autocast stands in here for the CUDA path it takes."""
     torch.manual_seed(0)
     model = create_model("capsnet", **TINY_CAPSNET)
-    step = TrainStep(model, make_optimizer(model.parameters(), lr=1e-3, device="cpu"), device="cpu", precision="bf16")
+    step = TrainStep(model, make_optimizer(model.parameters(), TrainConfig(lr=1e-3), "cpu")[0], device="cpu", precision="bf16")
     images, labels = torch.rand(6, 1, 28, 28), torch.arange(6)
     out, loss = step(Batch(images, labels))
     assert out.poses.dtype == torch.float32 and loss.dtype == torch.float32 and torch.isfinite(loss)
@@ -121,7 +123,7 @@ def test_compile_failure_is_a_capsbench_error():
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = create_model("cnn_9x9", channels=(2,), fc=(), image_size=10, kernel_size=3)
-    step = TrainStep(model, make_optimizer(model.parameters(), lr=1e-3, device="cpu"), device="cpu", compile_model=True)
+    step = TrainStep(model, make_optimizer(model.parameters(), TrainConfig(lr=1e-3), "cpu")[0], device="cpu", compile_model=True)
     # torch's own patch() restores its config exactly (monkeypatch left fx_graph_cache hidden for later compiles)
     with inductor_config.patch({"cpp.cxx": (None, "/nonexistent/c++"), "fx_graph_cache": False}):
         with pytest.raises(CapsbenchError, match="train.compile=true.*C\\+\\+ compiler"):

@@ -10,14 +10,15 @@ import time
 
 import mlflow
 import pytest
+from conftest import make_splits
 from mlflow.tracking import MlflowClient
 
-from capsbench import runner, unit_execution
-from capsbench.config import compose
+from capsbench.config.compose import compose
+from capsbench.run import driver, execute
+from capsbench.run.plan import plan
+from capsbench.run.store import UnitStore
+from capsbench.run.units import UnitSpec
 from capsbench.tracking import Tracker, metric_key
-from capsbench.unit_store import UnitStore
-from capsbench.units import UnitSpec, plan
-from conftest import make_splits
 
 SMOKE = ["budget=smoke", "train.epochs=2", "device=cpu", "threads=1"]
 
@@ -29,7 +30,7 @@ def smoke(tmp_path, *extra, suite="accuracy"):
 
 @pytest.fixture
 def synthetic(monkeypatch):
-    monkeypatch.setattr(unit_execution, "load_data", lambda dataset, data: make_splits())
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
 
 
 def test_plan_is_model_then_variant_then_seed_with_the_models_own_settings(tmp_path):
@@ -52,7 +53,7 @@ def test_unit_keys_follow_what_changes_the_records(tmp_path):
 
 def test_a_killed_run_keeps_its_finished_units_and_the_rerun_measures_only_the_rest(tmp_path, synthetic, monkeypatch):
     cfg = smoke(tmp_path)
-    real = unit_execution.execute
+    real = execute.execute
     calls = []
 
     def interrupt_second(spec):
@@ -61,15 +62,15 @@ def test_a_killed_run_keeps_its_finished_units_and_the_rerun_measures_only_the_r
             raise KeyboardInterrupt
         return real(spec)
 
-    monkeypatch.setattr(unit_execution, "execute", interrupt_second)
+    monkeypatch.setattr(execute, "execute", interrupt_second)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_suite(cfg)
+        driver.run_suite(cfg)
     assert len(list((tmp_path / "accuracy" / "units").glob("*.json"))) == 1
     assert not (tmp_path / "accuracy" / "table.md").exists()
-    monkeypatch.setattr(unit_execution, "execute", lambda spec: calls.append(spec.model) or real(spec))
-    resumed = runner.run_suite(cfg)
+    monkeypatch.setattr(execute, "execute", lambda spec: calls.append(spec.model) or real(spec))
+    resumed = driver.run_suite(cfg)
     assert calls == ["cnn_9x9", "capsnet", "capsnet"]  # the finished cnn_9x9 unit was not measured again
-    clean = runner.run_suite(smoke(tmp_path / "clean"))
+    clean = driver.run_suite(smoke(tmp_path / "clean"))
     assert resumed.markdown == clean.markdown and resumed.records == clean.records
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     parents = [r for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
@@ -79,36 +80,36 @@ def test_a_killed_run_keeps_its_finished_units_and_the_rerun_measures_only_the_r
 
 def test_remeasure_runs_every_unit_again(tmp_path, synthetic, monkeypatch):
     cfg = smoke(tmp_path, "models=[cnn_9x9]")
-    runner.run_suite(cfg)
+    driver.run_suite(cfg)
     calls = []
-    real = unit_execution.execute
-    monkeypatch.setattr(unit_execution, "execute", lambda spec: calls.append(spec.model) or real(spec))
-    runner.run_suite(cfg)
-    runner.run_suite(smoke(tmp_path, "models=[cnn_9x9]", "remeasure=true"))
+    real = execute.execute
+    monkeypatch.setattr(execute, "execute", lambda spec: calls.append(spec.model) or real(spec))
+    driver.run_suite(cfg)
+    driver.run_suite(smoke(tmp_path, "models=[cnn_9x9]", "remeasure=true"))
     assert calls == ["cnn_9x9"]
 
 
 def test_a_failed_unit_is_reported_missing_and_measured_on_the_next_run(tmp_path, synthetic, monkeypatch):
     cfg = smoke(tmp_path)
-    real = unit_execution.execute
+    real = execute.execute
 
     def broken_capsnet(spec):
         if spec.model == "capsnet":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return real(spec)
 
-    monkeypatch.setattr(unit_execution, "execute", broken_capsnet)
-    (result,) = runner.run_suites([cfg])
+    monkeypatch.setattr(execute, "execute", broken_capsnet)
+    (result,) = driver.run_suites([cfg])
     assert {r["model"] for r in result.records} == {"cnn_9x9"} and [m.spec.model for m in result.missing] == ["capsnet"]
     assert "MISSING accuracy/capsnet-mnist-s0: the unit failed (RuntimeError: CUDA error" in result.markdown
-    monkeypatch.setattr(unit_execution, "execute", real)
-    (again,) = runner.run_suites([cfg])
+    monkeypatch.setattr(execute, "execute", real)
+    (again,) = driver.run_suites([cfg])
     assert {r["model"] for r in again.records} == {"cnn_9x9", "capsnet"} and not again.missing
 
 
 def test_unreadable_unit_files_are_moved_aside(tmp_path, synthetic):
     cfg = smoke(tmp_path, "models=[cnn_9x9]")
-    runner.run_suite(cfg)
+    driver.run_suite(cfg)
     (unit,) = plan(cfg)
     path = UnitStore(tmp_path).path(unit)
     path.write_text(path.read_text()[:100])
@@ -118,7 +119,7 @@ def test_unreadable_unit_files_are_moved_aside(tmp_path, synthetic):
 
 def test_mlflow_runs_read_back_with_names_statuses_tags_metrics_and_curves(tmp_path, synthetic):
     cfg = smoke(tmp_path, "models=[capsnet]", "seeds=[0,1]")
-    runner.run_suite(cfg)
+    driver.run_suite(cfg)
     mlflow.set_tracking_uri(cfg.tracking.uri)
     runs = mlflow.search_runs(experiment_names=["capsbench"], output_format="list")
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -197,9 +198,9 @@ def test_sigkill_after_the_first_unit_then_rerun(tmp_path, mnist_root):
 def test_unit_keys_stay_fixed_while_files_are_edited_under_a_running_driver(tmp_path, monkeypatch):
     """A run plans its units, files change on disk (a git checkout, an editor), and the same units must still be
     found when the tables are written: the code hash is the code the process imported."""
-    from capsbench import source_hash
+    from capsbench.util import hashing
 
     (unit,) = plan(smoke(tmp_path, "models=[cnn_9x9]"))
     before = unit.key
-    monkeypatch.setattr(source_hash, "_parsed", lambda path: ("edited", None))
+    monkeypatch.setattr(hashing, "_parsed", lambda path: ("edited", None))
     assert unit.key == before

@@ -10,8 +10,8 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from capsbench.lazy import lazy_attributes, load, split_target
-from capsbench.registry import LoadingView, Registry
+from capsbench.util.lazy import lazy_attributes, load, split_target
+from capsbench.util.registry import LoadingView, Registry
 
 if TYPE_CHECKING:
     from capsbench.attacks.base import Attack

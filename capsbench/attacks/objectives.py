@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 
 from capsbench.attacks.base import REJECTED
-from capsbench.detection import reconstruction_distance
+from capsbench.attacks.detector import reconstruction_distance
 from capsbench.models import Classifier
 from capsbench.models.capsules import capsule_logits
 from capsbench.models.straight_through import straight_through

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from capsbench.cost.precision import autocast
+from capsbench.util.precision import autocast
 
 PROBE_TIMEOUT_S = 600
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from capsbench.data.catalog import DATASETS, SPLIT_SEED, DatasetSpec
-from capsbench.lazy import load
+from capsbench.util.lazy import load
 
 _LAZY = {
     "Splits": "capsbench.data.datasets:Splits",

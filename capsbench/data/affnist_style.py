@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from capsbench.checkpoints import atomic_save, content_key
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
+from capsbench.util.atomic import save_torch
+from capsbench.util.hashing import content_key
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,6 @@ def cached_affnist_style(images: torch.Tensor, labels: torch.Tensor, ranges: Aff
             return cached
         log.warning("affNIST-style cache %s does not match its recorded hash; regenerating", path)
     made = generate(images, labels, ranges)
-    atomic_save({"images": made.images, "labels": made.labels, "params": made.params, "sha256": made.sha256}, path)
+    save_torch({"images": made.images, "labels": made.labels, "params": made.params, "sha256": made.sha256}, path)
     log.info("affNIST-style set: %d images, sha256 %s, cached at %s", len(made.labels), made.sha256[:16], path)
     return made

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capsbench.lazy import LazyFunction
-from capsbench.registry import Registry
+from capsbench.util.lazy import LazyFunction
+from capsbench.util.registry import Registry
 
 if TYPE_CHECKING:
     import torch

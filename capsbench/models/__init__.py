@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capsbench.errors import CapsbenchError
-from capsbench.lazy import keyword_arguments, lazy_attributes, load, split_target
-from capsbench.registry import Registry, close_matches
+from capsbench.util.lazy import keyword_arguments, lazy_attributes, load, split_target
+from capsbench.util.registry import Registry, close_matches
 
 if TYPE_CHECKING:
     from capsbench.models.base import Classifier

@@ -6,20 +6,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from capsbench.models.base import Classifier, ModelOutput
+from capsbench.models.base import ModelOutput
 from capsbench.models.capsules import (
     CapsuleVotes,
     Decoder,
     PrimaryCaps,
+    VectorCapsuleClassifier,
     capsule_logits,
     decode,
-    margin_reconstruction_loss,
     squash,
 )
 from capsbench.models.routing import DynamicRouting
 
 
-class CapsNet(Classifier):
+class CapsNet(VectorCapsuleClassifier):
     """Conv -> PrimaryCaps -> class capsules by dynamic routing -> optional reconstruction decoder.
 
     Args (defaults are the paper's MNIST model, 8.2 M parameters):
@@ -32,8 +32,6 @@ class CapsNet(Classifier):
         recon_weight: weight of the sum-squared reconstruction error in the loss (0.0005).
     Shapes: (B, in_channels, H, W) -> scores (B, num_classes), poses (B, num_classes, class_dim).
     """
-
-    is_capsule = True
 
     def __init__(
         self,
@@ -90,16 +88,3 @@ class CapsNet(Classifier):
         if self.decoder is None:
             raise ValueError("this CapsNet has no decoder (decoder_hidden=()); it cannot reconstruct")
         return self.decoder(poses, classes)
-
-    def loss(
-        self,
-        out: ModelOutput,
-        labels: torch.Tensor,
-        images: torch.Tensor,
-        *,
-        components: torch.Tensor | None = None,
-        component_labels: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Margin loss + reconstruction error; per object with components (see margin_reconstruction_loss)."""
-        return margin_reconstruction_loss(out, labels, images, self.decoder, self.recon_weight,
-                                          components, component_labels)

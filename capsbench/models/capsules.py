@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from capsbench.models.base import ModelOutput
+from capsbench.models.base import Classifier, ModelOutput
 from capsbench.models.straight_through import saturating
 
 SQUASH_EPS = 1e-8
@@ -191,3 +191,26 @@ def margin_reconstruction_loss(
     if out.reconstructions is not None:
         loss = loss + recon_weight * reconstruction_loss(out.reconstructions, images)
     return loss
+
+
+class VectorCapsuleClassifier(Classifier):
+    """Base of the vector-capsule models with an optional reconstruction decoder (CapsNet, Efficient-CapsNet): their
+    loss is Sabour et al.'s margin loss + recon_weight x sum-squared reconstruction error. Subclasses set
+    `self.decoder` (a Decoder, or None without reconstruction) and `self.recon_weight`."""
+
+    is_capsule = True
+    decoder: Decoder | None
+    recon_weight: float
+
+    def loss(
+        self,
+        out: ModelOutput,
+        labels: torch.Tensor,
+        images: torch.Tensor,
+        *,
+        components: torch.Tensor | None = None,
+        component_labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Margin loss + reconstruction error; per object with components (see margin_reconstruction_loss)."""
+        return margin_reconstruction_loss(out, labels, images, self.decoder, self.recon_weight,
+                                          components, component_labels)

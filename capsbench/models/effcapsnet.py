@@ -6,13 +6,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from capsbench.models.base import Classifier, ModelOutput
-from capsbench.models.capsules import Decoder, capsule_logits, decode, margin_reconstruction_loss
+from capsbench.models.base import ModelOutput
+from capsbench.models.capsules import Decoder, VectorCapsuleClassifier, capsule_logits, decode
 from capsbench.models.self_attention_routing import SelfAttentionRouting, exp_squash
 from capsbench.models.straight_through import saturating
 
 
-class EfficientCapsNet(Classifier):
+class EfficientCapsNet(VectorCapsuleClassifier):
     """Conv stem (conv -> ReLU -> BN) -> depthwise primary capsules -> self-attention class capsules.
 
     Defaults are the paper's MNIST model: convs 32@5x5, 64@3x3, 64@3x3, 128@3x3/2; a depthwise conv
@@ -29,8 +29,6 @@ class EfficientCapsNet(Classifier):
             i.e. 0.0005 x the sum).
     Shapes: (B, in_channels, H, W) -> scores (B, num_classes), poses (B, num_classes, class_dim).
     """
-
-    is_capsule = True
 
     def __init__(
         self,
@@ -88,16 +86,3 @@ class EfficientCapsNet(Classifier):
         self-attention routing (and without its learned prior). (B, C, H, W) -> (B, classes)."""
         votes = self.routing.votes(self.primary_capsules(x))  # (B, num_classes, primary_caps, class_dim)
         return capsule_logits(exp_squash(votes.mean(dim=2)).norm(dim=-1))
-
-    def loss(
-        self,
-        out: ModelOutput,
-        labels: torch.Tensor,
-        images: torch.Tensor,
-        *,
-        components: torch.Tensor | None = None,
-        component_labels: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Margin loss + reconstruction error; per object with components (see margin_reconstruction_loss)."""
-        return margin_reconstruction_loss(out, labels, images, self.decoder, self.recon_weight,
-                                          components, component_labels)

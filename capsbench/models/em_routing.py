@@ -56,7 +56,7 @@ class EMRouting(nn.Module):
     E-steps alternate, the last iteration ending on an M-step. beta_u and beta_a are learned per
     parent; the inverse temperature lambda is fixed per layer (the paper does not state its schedule).
     beta_a is stored as `logit_bias` = lambda beta_a, in the units of the activation logit: the same
-    function, but an optimiser step moves the logit by O(lr) instead of O(lambda lr). Stored as beta_a,
+    function, but an optimizer step moves the logit by O(lr) instead of O(lambda lr). Stored as beta_a,
     an activation logit moves ~1e-4 per Adam step at lambda = 0.01, so unused parents cannot fall below
     activation 0.5 within a short schedule and the spread loss's margin stays out of reach.
 

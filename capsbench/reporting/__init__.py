@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from capsbench.lazy import load
+from capsbench.util.lazy import load
 
 _LAZY = {
     "write_outputs": "capsbench.reporting.outputs:write_outputs",
     "write_suite": "capsbench.reporting.outputs:write_suite",
     "save_figure": "capsbench.reporting.figures:save_figure",
-    "STYLE": "capsbench.reporting.figures:STYLE",
 }
 
 

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from capsbench.reporting import claims as verdicts
-from capsbench.reporting import latex, markdown
+from capsbench.reporting import latex, markdown, verdicts
 from capsbench.reporting.latex import tex
 from capsbench.reporting.outputs import SuiteOutput
 

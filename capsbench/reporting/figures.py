@@ -15,24 +15,17 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from capsbench.atomic import atomic_file  # noqa: E402
+from capsbench.models import MODELS  # noqa: E402
 from capsbench.reporting.frame import ordered_values, row_models, select  # noqa: E402
-from capsbench.reporting.layout import SweepPlot  # noqa: E402
+from capsbench.suites.layout import SweepPlot  # noqa: E402
+from capsbench.util.atomic import atomic_file  # noqa: E402
+from capsbench.util.style import STYLE, WIDTH  # noqa: E402
 
-WIDTH = 3.3  # inches: one column of a two-column paper
-STYLE = {
-    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
-    "legend.fontsize": 7, "lines.linewidth": 1.2, "lines.markersize": 3, "axes.grid": True, "grid.alpha": 0.3,
-    "grid.linewidth": 0.5, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 150,
-    "savefig.dpi": 300, "pdf.fonttype": 42,
-}
 PALETTE = plt.get_cmap("tab10").colors
 
 
 def model_color(model: str) -> tuple[float, ...]:
     """The same colour for a model in every figure: its position in the model registry (torch-free)."""
-    from capsbench.models import MODELS
-
     names = MODELS.names()
     return PALETTE[(names.index(model) if model in names else len(names) + sum(map(ord, model))) % len(PALETTE)]
 

@@ -12,7 +12,7 @@ import pandas as pd
 RECORD_COLUMNS = ["suite", "model", "dataset", "seed", "metric", "value"]
 UNCERTAINTY_COLUMNS = ["n", "ci_low", "ci_high", "outcomes"]  # accuracy records: images, 95 % Wilson interval, per image
 UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
-TRAINING = "training"  # "pgd", "affine", ... on every record of a model trained so (capsbench.units.training_column)
+TRAINING = "training"  # "pgd", "affine", ... on every record of a model trained so (capsbench.run.plan.training_column)
 
 
 def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
@@ -24,18 +24,6 @@ def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
             frame[col] = pd.NA
     extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED, TRAINING) if c in frame]
     return frame[[*RECORD_COLUMNS, *suite.sweep_columns, *extra]]
-
-
-def aggregate(frame: pd.DataFrame, suite: Any) -> pd.DataFrame:
-    """Mean, sample std (ddof=1; NaN for one seed) and n over seeds per (model, dataset, metric, sweep, training);
-    with the images per seed and, for one seed, its Wilson interval where the records carry them."""
-    keys = ["model", "dataset", "metric", *suite.sweep_columns, *([TRAINING] if TRAINING in frame else [])]
-    grouped = frame.groupby(keys, dropna=False, sort=False)
-    agg = grouped["value"].agg(mean="mean", std="std", n="count")
-    if "n" in frame:
-        agg["images"] = grouped["n"].max()
-        agg["ci_low"], agg["ci_high"] = grouped["ci_low"].first(), grouped["ci_high"].first()
-    return agg.reset_index()
 
 
 def row_models(frame: pd.DataFrame) -> pd.Series:

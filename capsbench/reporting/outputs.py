@@ -10,13 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from capsbench.atomic import write_text
 from capsbench.reporting import csv, latex, markdown
 from capsbench.reporting.figures import save_figure, sweep_figure
 from capsbench.reporting.frame import records_frame
-from capsbench.reporting.layout import Layout, default_layout
 from capsbench.reporting.model import Table
 from capsbench.reporting.tables import build_tables
+from capsbench.suites.layout import Layout, default_layout
+from capsbench.util.atomic import write_text
 
 
 @dataclass

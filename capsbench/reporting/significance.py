@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capsbench.stats import ALPHA, paired_p, welch_p
+from capsbench.util.stats import ALPHA, paired_p, welch_p
 
 
 @dataclass

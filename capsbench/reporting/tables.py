@@ -12,11 +12,11 @@ from typing import Any
 import pandas as pd
 
 from capsbench.reporting.frame import UNDERTRAINED, format_sweep, ordered_values, row_models, select, value_mask
-from capsbench.reporting.layout import Column, FlagColumn, Layout, SweepColumns, TableSpec
 from capsbench.reporting.model import Flags, Header, Measured, Table, split_parts
 from capsbench.reporting.published import PublishedIndex
 from capsbench.reporting.significance import Cell, best_row
-from capsbench.stats import decode_outcomes
+from capsbench.suites.layout import FlagColumn, Layout, SweepColumns, TableSpec
+from capsbench.util.stats import decode_outcomes
 
 UNDERTRAINED_MARK = "†"
 RowKey = tuple[str, ...]  # (block, row model, dataset, *row sweeps) as text; block "" without blocks

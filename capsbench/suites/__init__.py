@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from capsbench.lazy import class_literal, lazy_attributes, load, split_target
-from capsbench.registry import LoadingView, Registry
 from capsbench.suites.params import AffineParams, EfficiencyParams, NoParams, OverlapParams, RoutingParams
 from capsbench.suites.robustness_params import RobustnessParams
+from capsbench.util.lazy import class_literal, lazy_attributes, load, split_target
+from capsbench.util.registry import LoadingView, Registry
 
 if TYPE_CHECKING:
     from capsbench.suites.base import Suite

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from capsbench.evaluation import correct
-from capsbench.reporting.layout import Column, Layout, TableSpec
-from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.layout import Column, Layout, TableSpec
+from capsbench.train.evaluation import correct
+from capsbench.util.stats import accuracy_fields, error_fields
 
 
 class AccuracySuite(Suite):

@@ -10,17 +10,17 @@ from typing import Any
 import torch
 
 from capsbench.data import Splits
+from capsbench.data.affine_augment import AugmentRanges
 from capsbench.data.affnist import load_affnist_test
 from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.errors import CapsbenchError
-from capsbench.evaluation import correct
-from capsbench.data.affine_augment import AugmentRanges
-from capsbench.protocols import AffineCanvasProtocol, CanvasProtocol, TrainingProtocol
-from capsbench.reporting.layout import Column, Group, Layout, SweepColumns, SweepPlot, TableSpec
-from capsbench.stats import accuracy_fields
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.layout import Column, Group, Layout, SweepColumns, SweepPlot, TableSpec
 from capsbench.suites.params import AffineParams
+from capsbench.train.evaluation import correct
+from capsbench.train.protocols import AffineCanvasProtocol, CanvasProtocol, TrainingProtocol
+from capsbench.util.stats import accuracy_fields
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from matplotlib.figure import Figure
 
 from capsbench.data import Splits
 from capsbench.models import Classifier
-from capsbench.protocols import TrainingProtocol, dataset_protocol
-from capsbench.reporting.layout import Layout
+from capsbench.suites.layout import Layout
 from capsbench.suites.params import NoParams
+from capsbench.train.protocols import TrainingProtocol, dataset_protocol
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")  # what MLflow accepts in a metric name
 
@@ -75,15 +75,6 @@ class Suite:
     def variants(self, cfg: Any, model_name: str) -> list[Variant]:
         """The variants of a model this suite measures (e.g. routing iterations r = 1..5); default: the model as configured."""
         return [Variant()]
-
-    def validate(self, cfg: Any) -> None:
-        """Raise a CapsbenchError when the composed config cannot work for this suite (runs before any training).
-
-        The default runs `Params.validate(cfg)` when the Params dataclass has one; checks live there, in a torch-free
-        module, so that `config.compose` runs them before any heavy library loads."""
-        check = getattr(self.Params, "validate", None)
-        if check is not None:
-            check(cfg)
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
         """How this suite's models are trained; the default is the dataset's (Sabour's random shifts, or crops)."""

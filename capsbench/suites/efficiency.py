@@ -10,12 +10,12 @@ import torch
 
 from capsbench.cost.macs import PARTS, count_macs, parameter_counts
 from capsbench.cost.memory import StepSpec, cpu_peak_rss, cuda_peak_bytes
-from capsbench.cost.precision import autocast, dtype_label, maybe_compile
 from capsbench.cost.timing import device_label, median_seconds, routing_inputs, routing_modules, time_iterations
-from capsbench.progress import Progress
-from capsbench.reporting.layout import Column, Group, Layout, SweepColumns, TableSpec
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.layout import Column, Group, Layout, SweepColumns, TableSpec
 from capsbench.suites.params import EfficiencyParams
+from capsbench.util.precision import autocast, dtype_label, maybe_compile
+from capsbench.util.progress import Progress
 
 log = logging.getLogger(__name__)
 MIB = 2**20

@@ -9,12 +9,12 @@ from matplotlib.figure import Figure
 
 from capsbench.data import DATASETS
 from capsbench.data.multimnist import PairRecipe, bounding_boxes, box_overlap, pair_labels, render
-from capsbench.data.multimnist_protocol import MultiMNISTProtocol, both_correct, digits_found
-from capsbench.evaluation import correct
-from capsbench.reporting.layout import Column, Layout, TableSpec
-from capsbench.stats import accuracy_fields, error_fields
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.layout import Column, Layout, TableSpec
 from capsbench.suites.params import OverlapParams
+from capsbench.train.evaluation import correct
+from capsbench.train.multimnist_protocol import MultiMNISTProtocol, both_correct, digits_found
+from capsbench.util.stats import accuracy_fields, error_fields
 
 
 class OverlapSuite(Suite):

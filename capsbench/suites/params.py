@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsbench.cost.precision import check_precision
 from capsbench.errors import CapsbenchError
+from capsbench.util.precision import check_precision
 
 
 @dataclass

@@ -14,18 +14,17 @@ import torch
 from matplotlib.figure import Figure
 
 from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, worst_case_broken
+from capsbench.attacks.detector import Detector
 from capsbench.data import as_images, batches
-from capsbench.detection import Detector
-from capsbench.evaluation import predict
-from capsbench.progress import Progress
-from capsbench.reporting.figures import STYLE
-from capsbench.reporting.layout import Column, FlagColumn, Group, Layout, SweepColumns, SweepPlot, TableSpec
-from capsbench.stats import accuracy_fields
 from capsbench.suites import robustness_detection as detection
 from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.layout import Column, FlagColumn, Group, Layout, SweepColumns, SweepPlot, TableSpec
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
-from capsbench.suites.robustness_params import RobustnessParams
-from capsbench.suites.robustness_params import eps_grid as _grid
+from capsbench.suites.robustness_params import EpsGrid, RobustnessParams, eps_grid
+from capsbench.train.evaluation import predict
+from capsbench.util.progress import Progress
+from capsbench.util.stats import accuracy_fields
+from capsbench.util.style import STYLE
 
 FLAG_SYMBOLS = {"eps0_equals_clean": "0", "pgd_not_weaker_than_fgsm": "F", "monotone_in_eps": "M",
                 "blackbox_not_stronger": "B", "near_zero_at_max_eps": "Z", "adaptive_stronger": "A"}
@@ -90,9 +89,13 @@ class RobustnessSuite(Suite):
     )
     Params = RobustnessParams
 
+    def prepare(self, cfg: Any, splits: Any) -> EpsGrid:
+        """The dataset's eps grid, worked out once for every model and seed of the run (ctx.resources)."""
+        return eps_grid(cfg.params, cfg.dataset)
+
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, x, y = ctx.params, ctx.splits.test_x, ctx.splits.test_y
-        grid, bb = _grid(p, ctx.splits.name)
+        grid, bb = ctx.resources.eps, ctx.resources.blackbox
         clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
         run = _AttackRun(ctx, clean_ok, settings(p, ctx.splits.spec.num_classes))
@@ -139,8 +142,7 @@ class RobustnessSuite(Suite):
 
     def figures(self, ctx: Context) -> dict[str, Figure]:
         """PGD adversarial examples of the first test images at every eps, titled by the model's decision."""
-        p, n = ctx.params, ctx.params.examples
-        grid, _ = _grid(p, ctx.splits.name)
+        p, n, grid = ctx.params, ctx.params.examples, ctx.resources.eps
         images, labels = next(batches(ctx.splits.test_x[:n], ctx.splits.test_y[:n], n, device=ctx.device))
         result = ATTACKS.get("pgd").run(ctx.model, images, labels, torch.arange(n), grid,
                                         settings(p, ctx.splits.spec.num_classes))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capsbench.attacks import CATALOG
-from capsbench.stats import ALPHA, decode_outcomes, paired_p
+from capsbench.util.stats import ALPHA, decode_outcomes, paired_p
 
 ADAPTIVE = ("pgd_adaptive", "vote")
 

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from capsbench.attacks import ATTACKS, WORST_CASE
-from capsbench.detection import Detector, fit_detector
-from capsbench.stats import accuracy_fields
+from capsbench.attacks.detector import Detector, fit_detector
+from capsbench.util.stats import accuracy_fields
 
 DETECTION_AWARE = "pgd_detect_aware"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from capsbench.attacks import CATALOG
 from capsbench.errors import CapsbenchError
-from capsbench.registry import close_matches
+from capsbench.util.registry import close_matches
 
 PER_DATASET = {"keys": "dataset"}  # field metadata: a mapping keyed by dataset name (named in config errors)
 
@@ -35,7 +35,7 @@ class RobustnessParams:
     @staticmethod
     def validate(cfg: Any) -> None:
         p = cfg.params
-        grid, bb = eps_grid(p, cfg.dataset)
+        grid, bb = (g := eps_grid(p, cfg.dataset)).eps, g.blackbox
         if 0.0 not in grid or grid != sorted(set(grid)) or not all(0.0 <= e <= 1.0 for e in grid):
             raise CapsbenchError(f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}")
         for key in ("attacks", "extra_attacks"):
@@ -59,10 +59,17 @@ class RobustnessParams:
             raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
 
 
-def eps_grid(params: Any, dataset: str) -> tuple[list[float], float | None]:
-    """The dataset's eps grid and black-box eps (None when it has none)."""
+@dataclass(frozen=True)
+class EpsGrid:
+    """One dataset's eps values (increasing, with 0) and the one eps the black-box attacks run at (None: none given)."""
+
+    eps: list[float]
+    blackbox: float | None
+
+
+def eps_grid(params: Any, dataset: str) -> EpsGrid:
+    """The dataset's eps grid and black-box eps, read from params.eps.<dataset> and params.blackbox_eps.<dataset>."""
     if dataset not in params.eps:
         raise CapsbenchError(f"no eps grid for dataset {dataset!r}: add params.eps.{dataset}=[0,...] (have: {list(params.eps)})")
-    grid = [float(e) for e in params.eps[dataset]]
     bb = params.blackbox_eps.get(dataset)
-    return grid, None if bb is None else float(bb)
+    return EpsGrid([float(e) for e in params.eps[dataset]], None if bb is None else float(bb))

@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 
-from capsbench.cost.precision import autocast, maybe_compile
 from capsbench.cost.timing import median_seconds
 from capsbench.models import MODELS
-from capsbench.reporting.layout import Column, Layout, SweepPlot, TableSpec
 from capsbench.suites.accuracy import accuracy_records
 from capsbench.suites.base import Context, Metric, Suite, Variant
+from capsbench.suites.layout import Column, Layout, SweepPlot, TableSpec
 from capsbench.suites.params import RoutingParams
+from capsbench.util.precision import autocast, maybe_compile
 
 
 class RoutingSuite(Suite):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from capsbench.tracking.environment import environment_tags, git_state, process_tags
-from capsbench.tracking.reader import read_invocations, read_records
+from capsbench.tracking.reader import Invocation, read_invocations, read_records
 from capsbench.tracking.store import check_store, open_experiment, recover_stale_runs, store_lock
 from capsbench.tracking.writer import Tracker, metric_key
 
@@ -24,6 +24,6 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 __all__ = [
-    "Tracker", "check_store", "environment_tags", "flatten", "git_state", "metric_key", "open_experiment",
+    "Invocation", "Tracker", "check_store", "environment_tags", "flatten", "git_state", "metric_key", "open_experiment",
     "process_tags", "read_invocations", "read_records", "recover_stale_runs", "store_lock",
 ]

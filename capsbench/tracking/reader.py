@@ -6,14 +6,31 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
 
-from capsbench.collect import Invocation
 from capsbench.errors import CapsbenchError
 from capsbench.tracking.store import check_store
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One finished `capsbench run` as read back from MLflow: its parent run and its nested runs' model args."""
+
+    run_id: str
+    start: datetime  # UTC
+    suite: str
+    budget: str
+    version: str  # capsbench version that produced it
+    params: dict[str, str]  # the parent run's flattened config
+    model_args: dict[str, dict[str, str]] = field(default_factory=dict)  # model -> constructor args (nested runs)
+
+    @property
+    def dataset(self) -> str:
+        return self.params.get("dataset", "")
 
 
 def read_invocations(uri: str, experiment: str) -> list[Invocation]:

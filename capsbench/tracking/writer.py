@@ -9,16 +9,41 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from capsbench.tracking.environment import process_tags
 from capsbench.tracking.store import open_experiment, recover_stale_runs
-from capsbench.units import UnitResult
 
 BATCH = 900  # MLflow accepts up to 1000 metrics (and 100 params) per log_batch call
 PARAM_BATCH = 90
 CURVES = {"train_loss": "train/loss", "train_accuracy": "train/accuracy", "val_accuracy": "val/accuracy", "lr": "train/lr"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+class UnitIdentity(Protocol):
+    """What the writer reads of a unit's spec (capsbench.run.units.UnitSpec)."""
+
+    name: str
+    model: str
+    seed: int
+    dataset: str
+    variant: dict[str, Any]
+
+
+class LoggedUnit(Protocol):
+    """What the writer reads of a unit's result (capsbench.run.units.UnitResult): the driver hands results in, this
+    package never imports the run package above it."""
+
+    key: str
+    spec: UnitIdentity
+    status: str
+    records: list[dict[str, Any]]
+    params: dict[str, Any]
+    metrics: dict[str, float]
+    curves: list[dict[str, float]]
+    figures: list[str]
+    error: str | None
+    host: str
 
 
 def metric_key(record: dict[str, Any], columns: Iterable[str]) -> str:
@@ -63,7 +88,7 @@ class Tracker:
         self._client.log_text(run_id, config_yaml, "config.yaml")
         return run_id
 
-    def log_unit(self, parent_id: str | None, result: UnitResult, tags: dict[str, str], columns: Iterable[str],
+    def log_unit(self, parent_id: str | None, result: LoggedUnit, tags: dict[str, str], columns: Iterable[str],
                  *, reused: bool) -> None:
         """One nested run for a finished (or failed) unit, created, filled and ended in one go."""
         if not self.enabled:

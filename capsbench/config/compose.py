@@ -1,0 +1,217 @@
+"""Composes defaults < budget YAML < suite YAML < command-line key=value overrides, and validates them.
+
+Torch-free: every check runs before a heavy library loads; only device=auto/cuda imports torch, last."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from platformdirs import user_cache_dir
+from yaml import YAMLError
+
+from capsbench.config.checks import check_train_precision, validate
+from capsbench.config.per_model import model_trains
+from capsbench.config.schema import BUDGETS, PER_MODEL, ReportConfig, RunConfig
+from capsbench.config.shape import check_shapes, describe_error
+from capsbench.errors import CapsbenchError
+from capsbench.suites import CATALOG
+from capsbench.util.registry import close_matches
+from capsbench.util.shipped import shipped_dir
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    """'key=value' strings -> {key: raw value}; anything else is an error."""
+    parsed: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CapsbenchError(f"expected key=value, got {item!r} (for example: suite=accuracy seeds=[0,1])")
+        parsed[key.strip()] = value
+    return parsed
+
+
+def _cli_layer(raw: dict[str, str]) -> dict[str, Any]:
+    """The overrides as a nested mapping, values parsed as YAML (lists [a,b], numbers, null, true/false)."""
+    layer: dict[str, Any] = {}
+    for key, text in raw.items():
+        try:
+            value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
+        except YAMLError as exc:
+            problem = str(exc).splitlines()[0]
+            raise CapsbenchError(f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)") from None
+        *parents, leaf = key.split(".")
+        node = layer
+        for depth, part in enumerate(parents):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                earlier = ".".join(parents[: depth + 1])
+                raise CapsbenchError(f"{key}={text} sets a sub-key of {earlier}, which is also given a value; give one of them")
+        if leaf in node:
+            raise CapsbenchError(f"{key}={text} replaces sub-keys given elsewhere on the command line; give one of them")
+        node[leaf] = value
+    return layer
+
+
+def _schema(params_cls: type | None) -> DictConfig:
+    if params_cls is None:
+        return OmegaConf.structured(RunConfig)
+    typed = dataclasses.make_dataclass(
+        "SuiteRunConfig", [("params", params_cls, field(default_factory=params_cls))], bases=(RunConfig,)
+    )
+    return OmegaConf.structured(typed)
+
+
+def _check_key(schema: DictConfig, dotted: str, source: str) -> None:
+    node: Any = schema
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        path = ".".join(parts[:depth])
+        if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
+            return  # free-form mapping (model_args, model_train): checked per model in config_checks
+        if not isinstance(node, DictConfig) or part not in node:
+            valid = list(node.keys()) if isinstance(node, DictConfig) else []
+            where = f" under {path!r}" if path else ""
+            hint = close_matches(part, [str(k) for k in valid]) if valid else f"{path!r} takes a value, not sub-keys"
+            raise CapsbenchError(f"unknown config key {dotted!r} in {source}{where}: {hint}")
+        node = node[part]
+
+
+def _flatten_keys(cfg: Any, prefix: str = "") -> list[str]:
+    if not isinstance(cfg, dict):
+        return [prefix]
+    keys: list[str] = []
+    for k, v in cfg.items():
+        dotted = f"{prefix}.{k}" if prefix else str(k)
+        keys += _flatten_keys(v, dotted) if isinstance(v, dict) and k not in PER_MODEL else [dotted]
+    return keys
+
+
+def _merge(schema: DictConfig, layer: dict[str, Any], source: str) -> DictConfig:
+    for key in _flatten_keys(layer):
+        _check_key(schema, key, source)
+    check_shapes(schema, layer, source)
+    try:
+        return OmegaConf.merge(schema, OmegaConf.create(layer))  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise CapsbenchError(f"bad value in {source}: {describe_error(exc, schema)}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    loaded = OmegaConf.to_container(OmegaConf.load(path))
+    if not isinstance(loaded, dict):
+        raise CapsbenchError(f"{path} must hold a mapping of config keys")
+    return loaded
+
+
+def compose(overrides: list[str], *, require_suite: bool = True, resolve_device: bool = True) -> DictConfig:
+    """Build the validated run config from command-line overrides (see module docstring for the order).
+
+    Every check runs without torch; with resolve_device, device=auto is then resolved and device=cuda checked,
+    which imports torch. `show-config` leaves device=auto as it is.
+    """
+    raw = parse_overrides(overrides)
+    cli_layer = _cli_layer(raw)
+    suite_name = raw.get("suite")
+    budget = raw.get("budget", RunConfig.budget)
+    if budget not in BUDGETS:
+        raise CapsbenchError(f"unknown budget {budget!r}: {close_matches(budget, list(BUDGETS))}")
+    if require_suite and not suite_name:
+        raise CapsbenchError(f"which suite? add suite=NAME, one of: {', '.join(CATALOG.names())}")
+    suite = CATALOG.get(suite_name) if suite_name else None
+    cfg = _schema(suite.params if suite else None)
+
+    root = shipped_dir()
+    cfg = _merge(cfg, _read_yaml(root / "suites" / "budgets" / f"{budget}.yaml"), f"budget {budget!r}")
+    if suite:
+        suite_yaml = _read_yaml(root / "suites" / f"{suite_name}.yaml")
+        per_budget = suite_yaml.pop("budgets", {}) or {}
+        cfg = _merge(cfg, suite_yaml, f"suites/{suite_name}.yaml")
+        cfg = _merge(cfg, per_budget.get(budget, {}) or {}, f"suites/{suite_name}.yaml budgets.{budget}")
+    cfg = _merge(cfg, cli_layer, "the command line")
+    try:
+        explicit_root = _resolve_defaults(cfg)
+        trains = model_trains(cfg)
+        validate(cfg, explicit_root=explicit_root, model_trains=trains)
+        check = getattr(suite.params, "validate", None) if suite else None
+        if check is not None:
+            check(cfg)
+    except OmegaConfBaseException as exc:  # e.g. an unresolvable ${...} interpolation in a value
+        raise CapsbenchError(f"bad value: {describe_error(exc)}") from None
+    if resolve_device:
+        _resolve_device(cfg)
+        check_train_precision(cfg.train, cfg.device)  # bf16 with device=auto, now that auto became cuda or cpu
+        for name, train in trains.items():
+            check_train_precision(train, cfg.device, f"model_train.{name}")
+    return cfg
+
+
+def compose_suites(overrides: list[str]) -> list[DictConfig]:
+    """One composed config per suite named by suite=NAME or suite=[A,B,...]; every other override applies to each."""
+    value = parse_overrides(overrides).get("suite", "")
+    if not value.startswith("["):
+        return [compose(overrides)]
+    names = [n.strip() for n in value.strip("[]").split(",") if n.strip()]
+    if not names or len(set(names)) != len(names):
+        raise CapsbenchError(f"suite=[...] must name distinct suites, e.g. suite=[accuracy,robustness], got suite={value}")
+    rest = [o for o in overrides if not o.startswith("suite=")]
+    return [compose([*rest, f"suite={name}"]) for name in names]
+
+
+def compose_report(overrides: list[str]) -> DictConfig:
+    """The validated `capsbench report` config: ReportConfig defaults < command-line key=value overrides."""
+    raw = parse_overrides(overrides)
+    cfg = _merge(OmegaConf.structured(ReportConfig), _cli_layer(raw), "the command line")
+    if cfg.budget is not None and cfg.budget not in BUDGETS:
+        raise CapsbenchError(f"unknown budget {cfg.budget!r}: {close_matches(cfg.budget, list(BUDGETS))}")
+    out = Path(cfg.output_dir).expanduser().resolve()
+    cfg.output_dir = str(out)
+    if cfg.tracking.uri is None:
+        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
+    return cfg
+
+
+def default_data_root() -> Path:
+    """Where datasets go when neither data.root nor CAPSBENCH_DATA is given (created for downloads only)."""
+    return Path(user_cache_dir("capsbench")) / "datasets"
+
+
+def _resolve_defaults(cfg: DictConfig) -> str | None:
+    """Fill in the derived defaults; returns where data.root came from ("data.root" or "CAPSBENCH_DATA"), None
+    when it is the default download directory."""
+    out = Path(cfg.output_dir).expanduser().resolve()
+    cfg.output_dir = str(out)
+    explicit = "data.root" if cfg.data.root is not None else "CAPSBENCH_DATA" if os.environ.get("CAPSBENCH_DATA") else None
+    if cfg.data.root is None:
+        cfg.data.root = os.environ.get("CAPSBENCH_DATA") or str(default_data_root())
+    cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
+    if cfg.cache_dir is None:
+        cfg.cache_dir = os.environ.get("CAPSBENCH_CACHE") or str(out / "checkpoints")
+    if cfg.tracking.uri is None:
+        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
+    return explicit
+
+
+def _resolve_device(cfg: DictConfig) -> None:
+    """device=auto -> cuda or cpu, and device=cuda only with a CUDA device: the one check that imports torch."""
+    if cfg.device != "auto" and not cfg.device.startswith("cuda"):
+        return
+    import torch
+
+    if cfg.device == "auto":
+        cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif not torch.cuda.is_available():
+        raise CapsbenchError(f"device={cfg.device} but no CUDA device is available; use device=cpu or auto")
+
+
+def to_dict(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg)

@@ -1,0 +1,143 @@
+"""Which tracked invocations a report may combine: filters, the no-silent-mixing checks, one value per seed."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from capsbench.errors import CapsbenchError
+from capsbench.tracking import Invocation
+
+log = logging.getLogger(__name__)
+
+# Parent-run params that say where or how a run happened, not what it measured: they may differ between
+# invocations whose numbers are combined (datasets become separate rows). Everything else (train.*, data.*,
+# params.*, ...) must agree.
+NEUTRAL_PARAMS = ("dataset", "seeds", "models", "output_dir", "cache_dir", "retrain", "device", "data.root", "data.download")
+NEUTRAL_PREFIXES = ("tracking.", "model_args.")  # model_args: compared per model from the nested runs instead
+# model_train.<model>.<key> with these key prefixes train a model adversarially or augmented: its records then carry
+# a `training` column and form rows of their own, so such runs combine with standard ones (compared per protocol).
+TRAINING_KEYS = ("adversarial", "adv_", "augment", "affine_")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Report filters; None means no filter. Dates compare with the run's start time (UTC)."""
+
+    suite: str | None = None
+    models: tuple[str, ...] | None = None
+    dataset: str | None = None
+    budget: str | None = None
+    version: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def parse_when(text: str | None, key: str) -> datetime | None:
+    """'2026-11-21' or '2026-11-21T13:00' (UTC unless an offset is given) -> aware datetime."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(str(text))
+    except ValueError:
+        raise CapsbenchError(f"{key}={text!r} is not a date; expected ISO form such as 2026-11-21 or 2026-11-21T13:00") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def select(invocations: list[Invocation], sel: Selection) -> list[Invocation]:
+    """The invocations passing every filter, oldest first."""
+    keep = [
+        inv for inv in invocations
+        if (sel.suite is None or inv.suite == sel.suite)
+        and (sel.dataset is None or inv.dataset == sel.dataset)
+        and (sel.budget is None or inv.budget == sel.budget)
+        and (sel.version is None or inv.version == sel.version)
+        and (sel.since is None or inv.start >= sel.since)
+        and (sel.until is None or inv.start <= sel.until)
+        and (sel.models is None or bool(set(sel.models) & set(inv.model_args)))
+    ]
+    return sorted(keep, key=lambda inv: inv.start)
+
+
+def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | None = None) -> None:
+    """Refuse to combine runs of one suite that differ in budget, capsbench version or measuring config
+    (model arguments compared for the selected models only)."""
+    for attr, key in (("budget", "budget"), ("version", "version")):
+        values = sorted({getattr(inv, attr) for inv in invocations})
+        if len(values) > 1:
+            raise CapsbenchError(
+                f"suite {invocations[0].suite!r} has runs of {attr}s {', '.join(values)}; they are never mixed "
+                f"in one table: choose one with {key}={values[-1]} (or narrow the dates with since=/until=)"
+            )
+    first = invocations[0]
+    for inv in invocations[1:]:
+        a, b = protocol_params(first), protocol_params(inv)
+        _refuse(first, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+        ref = next(i for i in invocations if i.dataset == inv.dataset)  # model args depend on the dataset
+        diff = []
+        for model in sorted(set(ref.model_args) & set(inv.model_args) & set(models or inv.model_args)):
+            a, b = ref.model_args[model], inv.model_args[model]
+            diff += sorted(f"model_args.{model}.{k}" for k in set(a) | set(b) if a.get(k) != b.get(k))
+        _refuse(ref, inv, diff)
+        for model in sorted(set(inv.model_args) & set(models or inv.model_args)):  # the same rows: trained alike
+            same = next(i for i in invocations if model in i.model_args and training(i, model) == training(inv, model))
+            a, b = _training_params(same, model), _training_params(inv, model)
+            _refuse(same, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+
+
+def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:
+    if diff:
+        raise CapsbenchError(
+            f"suite {a.suite!r}: runs {a.run_id} and {b.run_id} measured under different settings "
+            f"({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); their numbers cannot share a table: "
+            "narrow the selection with since=/until=, models= or dataset="
+        )
+
+
+def protocol_params(inv: Invocation) -> dict[str, str]:
+    return {k: v for k, v in inv.params.items()
+            if k not in NEUTRAL_PARAMS and not k.startswith(NEUTRAL_PREFIXES) and not _is_training_key(k)}
+
+
+def training(inv: Invocation, model: str) -> str:
+    """The `training` column `model`'s records carry in this invocation ("pgd", "affine", "pgd+affine", or "")."""
+    values = (inv.params.get(f"model_train.{model}.{key}", inv.params.get(f"train.{key}")) for key in ("adversarial", "augment"))
+    return "+".join(v for v in values if v not in (None, "None", ""))
+
+
+def _training_params(inv: Invocation, model: str) -> dict[str, str]:
+    return {k: v for k, v in inv.params.items() if k.startswith(f"model_train.{model}.") and _is_training_key(k)}
+
+
+def _is_training_key(key: str) -> bool:
+    parts = key.split(".", 2)
+    return len(parts) == 3 and parts[0] == "model_train" and parts[2].startswith(TRAINING_KEYS)
+
+
+def combine(invocations: list[Invocation], records: dict[str, pd.DataFrame], models: tuple[str, ...] | None) -> pd.DataFrame:
+    """Records of all invocations, one invocation per (model, training, dataset, seed): a seed measured again in a
+    later invocation replaces the earlier one, so n counts distinct seeds, never repeats of a seed."""
+    latest: dict[tuple[str, str, str, int], str] = {}
+    keys = {inv.run_id: _row_keys(records[inv.run_id]) for inv in invocations}
+    for inv in invocations:  # oldest first: later invocations overwrite
+        for key in dict.fromkeys(keys[inv.run_id]):
+            if key in latest:
+                log.info("%s seed %s: using run %s, measured again after run %s", key[0], key[3], inv.run_id, latest[key])
+            latest[key] = inv.run_id
+    parts = []
+    for inv in invocations:
+        owner = [latest[key] == inv.run_id for key in keys[inv.run_id]]
+        parts.append(records[inv.run_id][owner])
+    out = pd.concat(parts, ignore_index=True)
+    first_seen = {m: i for i, m in enumerate(dict.fromkeys(m for inv in invocations for m in records[inv.run_id]["model"]))}
+    out = out.sort_values("model", key=lambda col: col.map(first_seen), kind="stable").reset_index(drop=True)
+    return out if models is None else out[out["model"].isin(models)].reset_index(drop=True)
+
+
+def _row_keys(frame: pd.DataFrame) -> list[tuple[str, str, str, int]]:
+    """(model, training, dataset, seed) per record; training is "" for standard training."""
+    trained = frame["training"].fillna("").astype(str) if "training" in frame else pd.Series("", index=frame.index)
+    return list(zip(frame["model"], trained, frame["dataset"], frame["seed"]))

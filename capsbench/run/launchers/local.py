@@ -1,0 +1,25 @@
+"""The default launcher: every unit in this process, one after another."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from capsbench.errors import CapsbenchError
+from capsbench.run.units import UnitResult, UnitSpec, failed
+
+log = logging.getLogger(__name__)
+
+
+class LocalLauncher:
+    def run(self, units: list[UnitSpec]) -> Iterator[UnitResult]:
+        from capsbench.run.execute import execute
+
+        for unit in units:
+            try:
+                yield execute(unit)
+            except CapsbenchError:  # bad input or environment: every unit would fail the same way
+                raise
+            except Exception as exc:  # noqa: BLE001 -- one unit's crash is recorded; the other units still run
+                log.exception("unit %s failed", unit.name)
+                yield failed(unit, exc)

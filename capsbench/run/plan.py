@@ -1,0 +1,47 @@
+"""The plan: a composed suite config expanded into its units, each carrying its fully resolved model and training
+settings. The one place where per-model settings (model_args.<model>, model_train.<model>) are resolved for a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from capsbench.config.per_model import model_trains
+from capsbench.run.units import UNIT_KEYS, UnitSpec
+from capsbench.suites import SUITES
+
+TRAIN_COMMAND_SUITE = "accuracy"  # `capsbench train` trains what suite=accuracy would: the dataset's own protocol
+
+
+def training_column(train: dict[str, Any]) -> dict[str, str]:
+    """The record column naming a non-standard training protocol: {"training": "pgd"} (adversarial), "affine"
+    (augmented) or "pgd+affine"; {} for standard training, so standard units keep their names and keys."""
+    parts = [str(v) for v in (train.get("adversarial"), train.get("augment")) if v]
+    return {"training": "+".join(parts)} if parts else {}
+
+
+def plan(cfg: DictConfig) -> list[UnitSpec]:
+    """The units of one composed suite config, in table order: model, then variant, then seed."""
+    suite = SUITES.get(cfg.suite)()
+    base = OmegaConf.to_container(cfg, resolve=True)
+    trains = model_trains(cfg)
+    units = []
+    for model in cfg.models:
+        train = OmegaConf.to_container(trains[model], resolve=True)
+        for variant in suite.variants(cfg, model):
+            model_args = {**(base["model_args"].get(model) or {}), **variant.model_args}
+            config = {k: base[k] for k in UNIT_KEYS if k != "train"}
+            config.update(train=train, model_args={model: model_args})
+            columns = {**variant.columns, **(training_column(train) if suite.needs_training else {})}
+            units += [UnitSpec(cfg.suite, model, seed, columns, config) for seed in cfg.seeds]
+    return units
+
+
+def training_unit(cfg: DictConfig, model: str, seed: int) -> UnitSpec:
+    """The unit whose checkpoint `capsbench train model=<model> seed=<seed>` trains (or finds in the cache)."""
+    base = OmegaConf.to_container(cfg, resolve=True)
+    config: dict[str, Any] = {k: base[k] for k in UNIT_KEYS if k != "train"}
+    config.update(suite=TRAIN_COMMAND_SUITE, params=None, model_args={model: base["model_args"].get(model) or {}},
+                  train=OmegaConf.to_container(model_trains(cfg)[model], resolve=True))
+    return UnitSpec(TRAIN_COMMAND_SUITE, model, seed, {}, config)

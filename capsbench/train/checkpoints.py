@@ -1,0 +1,112 @@
+"""Content-addressed checkpoint cache with atomic writes: a file is either complete or absent. A file that cannot
+be read (truncated, garbage) is moved aside and reported, never loaded unsafely; each checkpoint has a JSON
+sidecar describing it, so the cache can be listed without torch."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from capsbench.util.atomic import save_torch, write_text
+
+log = logging.getLogger(__name__)
+
+# What torch.load(weights_only=True) raises on truncated or garbage files (seen by fuzzing torch 2.x).
+UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError)
+FINISHED_KEYS = ("state_dict", "meta")
+PARTIAL_KEYS = ("model", "optimizer", "scheduler", "epoch", "history", "best_val_accuracy", "best_epoch", "best_state")
+
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def sidecar(meta: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    """The sidecar of a finished checkpoint: its key's inputs and results, and the file it describes (size, mtime)."""
+    stat = path.stat()
+    return {
+        "key": key, "file": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+        "created": datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(timespec="seconds"),
+        "identity": meta.get("identity"), "source_files": meta.get("source_files"),
+        "best_val_accuracy": meta.get("best_val_accuracy"), "best_epoch": meta.get("best_epoch"),
+        "train_seconds": meta.get("train_seconds"),
+    }
+
+
+class CheckpointCache:
+    """Finished checkpoints at <dir>/<key>.ckpt (described by <key>.json) and resumable training state at
+    <dir>/<key>.partial.ckpt."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.ckpt"
+
+    def partial_path(self, key: str) -> Path:
+        return self.directory / f"{key}.partial.ckpt"
+
+    def sidecar_path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def load(self, key: str) -> dict[str, Any] | None:
+        """The finished checkpoint, or None when absent or unreadable (then moved aside). Writes a missing sidecar."""
+        payload = self._load(self.path(key), FINISHED_KEYS, "training again")
+        if payload is None:
+            self.sidecar_path(key).unlink(missing_ok=True)
+        elif not self.sidecar_path(key).exists():
+            self._write_sidecar(key, payload["meta"])
+        return payload
+
+    def load_partial(self, key: str) -> dict[str, Any] | None:
+        return self._load(self.partial_path(key), PARTIAL_KEYS, "training from the first epoch")
+
+    def save(self, key: str, payload: dict[str, Any]) -> Path:
+        save_torch(payload, self.path(key))
+        self._write_sidecar(key, payload["meta"])
+        self.partial_path(key).unlink(missing_ok=True)
+        return self.path(key)
+
+    def save_partial(self, key: str, payload: dict[str, Any]) -> None:
+        save_torch(payload, self.partial_path(key))
+
+    def discard(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+        self.sidecar_path(key).unlink(missing_ok=True)
+        self.partial_path(key).unlink(missing_ok=True)
+
+    def _write_sidecar(self, key: str, meta: dict[str, Any]) -> None:
+        write_text(self.sidecar_path(key), json.dumps(sidecar(meta, key, self.path(key)), indent=1, default=list) + "\n")
+
+    @staticmethod
+    def _load(path: Path, required: tuple[str, ...], then: str) -> dict[str, Any] | None:
+        if not path.exists():
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")  # garbage reads as any protocol
+                payload = torch.load(path, map_location="cpu", weights_only=True)
+        except UNREADABLE as exc:
+            reason = "it holds objects a weights-only load refuses" if "weights_only" in str(exc) else \
+                f"{type(exc).__name__}: {(str(exc) or 'unexpected end of file').splitlines()[0].split('. ')[0][:160]}"
+            _quarantine(path, reason, then)
+            return None
+        missing = [k for k in required if k not in payload] if isinstance(payload, dict) else list(required)
+        if missing:
+            _quarantine(path, f"it lacks {', '.join(missing)}", then)
+            return None
+        return payload
+
+
+def _quarantine(path: Path, reason: str, then: str) -> None:
+    """Move an unreadable checkpoint to <name>.corrupt-<UTC time> (kept for inspection) and say so once."""
+    aside = path.with_name(f"{path.name}.corrupt-{utc_stamp()}")
+    path.replace(aside)
+    log.warning("checkpoint %s cannot be read (%s); moved it to %s, %s", path, reason, aside, then)

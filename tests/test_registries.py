@@ -1,0 +1,75 @@
+"""Generic tests over the attack and dataset registries (as test_models.py is over the models): a newly registered
+attack or dataset gets these without editing a test file."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from test_models import tiny_args
+
+from capsbench import create_model
+from capsbench.attacks import ATTACKS, CATALOG, AttackSettings, decisions
+from capsbench.data import DATASETS
+from capsbench.errors import CapsbenchError
+from capsbench.train.protocols import dataset_protocol
+
+SETTINGS = AttackSettings(steps=3, step_ratio=2.5, restarts=1, square_queries=10, num_classes=10, seed=0, batch_size=8,
+                          detection_threshold=1e6)  # a detector that flags nothing: defended attacks run as undefended
+MODELS = ("capsnet", "cnn_sabour")  # every capsule hook, and none
+
+
+def _model(name: str):
+    torch.manual_seed(0)
+    return create_model(name, **tiny_args(name)).eval()
+
+
+@pytest.mark.parametrize("attack", CATALOG.names())
+def test_an_attack_is_registered_under_its_own_name_and_states_its_budget(attack):
+    instance = ATTACKS.get(attack)
+    assert instance.name == attack and instance.attacks and instance.budget(SETTINGS)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("attack", CATALOG.names())
+def test_an_attack_stays_in_the_ball_and_breaks_only_what_it_flips(attack, model):
+    """Known answers for any attack: nothing broken at eps 0; adversarial images within eps of the originals and in
+    [0, 1]; an image counts as broken exactly when the model's decision on its adversarial image is not the label."""
+    net, instance = _model(model), ATTACKS.get(attack)
+    images = torch.rand(6, 1, 28, 28)
+    labels = decisions(net, images)  # every image "correct clean", as the suite hands them over
+    if (reason := instance.applies_to(net, images[:1])) is not None:
+        assert len(reason) > 10  # the reason is recorded in the tables instead of a result
+        return
+    result = instance.run(net, images, labels, torch.arange(6), [0.0, 0.3], SETTINGS)
+    assert not result.broken[0.0].any()
+    adv = result.adversarial[0.3]
+    assert adv.shape == images.shape and adv.min() >= 0 and adv.max() <= 1
+    assert (adv - images).abs().max() <= 0.3 + 1e-6
+    if not CATALOG.get(attack).defended:  # a defended attack's breaks also need the detector's verdict
+        assert torch.equal(result.broken[0.3], decisions(net, adv) != labels)
+
+
+@pytest.mark.parametrize("attack", CATALOG.names())
+def test_an_attack_that_does_not_apply_says_why(attack):
+    reason = ATTACKS.get(attack).applies_to(_model("cnn_sabour"), torch.rand(1, 1, 28, 28))
+    assert reason is None or (isinstance(reason, str) and len(reason) > 10)
+
+
+@pytest.mark.parametrize("name", DATASETS.names())
+def test_a_dataset_declares_its_shape_and_a_loader_that_exists(name):
+    spec = DATASETS.get(name)
+    assert spec.in_channels in (1, 3) and spec.image_size > 0 and spec.num_classes >= 2 and spec.description
+    assert 0 < spec.min_val_accuracy < 100
+    module = spec.load.target.partition(":")[0]
+    assert importlib.util.find_spec(module) is not None
+    protocol = dataset_protocol(name, 2)
+    assert 0 < protocol.input_size(spec.image_size) <= spec.image_size
+
+
+@pytest.mark.parametrize("name", DATASETS.names())
+def test_a_dataset_offline_without_its_files_names_them_and_where_to_put_them(name, tmp_path: Path):
+    with pytest.raises(CapsbenchError) as caught:
+        DATASETS.get(name).load(tmp_path, False)
+    message = str(caught.value)
+    assert str(tmp_path) in message and ("data.root" in message or "CAPSBENCH_DATA" in message)
