@@ -144,18 +144,25 @@ def main() -> None:
         model, _ = quick_capsnet(args.device)
         train_briefly(model, splits.train_x, splits.train_y, train_images, args.device)
         origin = f"quick-size capsnet trained here on {train_images} images ({time.perf_counter() - start:.0f} s)"
-    test_x, test_y = as_images(splits.test_x[: 4 * n_images], args.device), splits.test_y[: 4 * n_images].to(args.device)
+    test_x = as_images(splits.test_x[: 4 * n_images], args.device)
+    test_y = splits.test_y[: 4 * n_images].to(args.device)
     correct = (decisions(model, test_x) == test_y).nonzero().squeeze(1)[:n_images]
     if len(correct) < n_images:
-        raise SystemExit(f"only {len(correct)} of the first {4 * n_images} test images are classified correctly; "
-                         "train longer (--train-images) or pass --checkpoint")
+        raise SystemExit(
+            f"only {len(correct)} of the first {4 * n_images} test images are classified correctly; "
+            "train longer (--train-images) or pass --checkpoint"
+        )
     images, labels, ids = test_x[correct], test_y[correct], correct.cpu()
     accuracy = len(correct) / (int(correct[-1]) + 1)
-    print(f"device: {device_label(args.device)} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
-          f"torch {torch.__version__}; MNIST loaded in {loaded:.0f} s; {origin}; "
-          f"clean accuracy {100 * accuracy:.1f} % on the first test images")
-    print(f"PGD-{STEPS} at eps {EPS} on {n_images} correctly classified test images; {rounds} round(s), the three "
-          "runs alternating in each, first in turn")
+    print(
+        f"device: {device_label(args.device)} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
+        f"torch {torch.__version__}; MNIST loaded in {loaded:.0f} s; {origin}; "
+        f"clean accuracy {100 * accuracy:.1f} % on the first test images"
+    )
+    print(
+        f"PGD-{STEPS} at eps {EPS} on {n_images} correctly classified test images; {rounds} round(s), the three "
+        "runs alternating in each, first in turn"
+    )
 
     runs = {
         "capsbench early_exit=off": lambda: capsbench_pgd(model, images, labels, ids, 0, early_exit=False),
@@ -182,9 +189,11 @@ def main() -> None:
     speed = {k: n_images / statistics.median(v) for k, v in seconds.items()}
     reference = speed["plain loop"]
     for name, ips in speed.items():
-        print(f"{name:26s} {ips:8.1f} images/s  ({statistics.median(seconds[name]):.1f} s wall, "
-              f"{statistics.median(cpu[name]):.1f} CPU s, median of {rounds})  ratio {ips / reference:.2f}  "
-              f"broken {int(broken[name].sum())}/{n_images}")
+        print(
+            f"{name:26s} {ips:8.1f} images/s  ({statistics.median(seconds[name]):.1f} s wall, "
+            f"{statistics.median(cpu[name]):.1f} CPU s, median of {rounds})  ratio {ips / reference:.2f}  "
+            f"broken {int(broken[name].sum())}/{n_images}"
+        )
     plain = broken["plain loop"]
     agree = (broken["capsbench early_exit=on"] == plain) & (broken["capsbench early_exit=off"] == plain)
     print(f"the three agree on {int(agree.sum())}/{n_images} images (a disagreement is a float tie at some iterate)")

@@ -38,11 +38,32 @@ def main() -> None:
         args.device, args.warmup, args.repeats,
     )
     mem = {w: rb.peak_memory_bytes(w, args.batch, args.precision, args.device) for w in ("ours", "reference")}
-    log.info("device: %s; precision: %s; compile: %s", device_label(args.device), dtype_label(args.precision), args.compile)
-    log.info("votes + %d routing iterations, forward + backward, batch %d, in 1152x8D -> out 10x16D", args.iterations, args.batch)
-    log.info("max |ours - reference| (fp32): output %.2e, grad u %.2e, grad W %.2e", diffs["output"], diffs["grad_u"], diffs["grad_W"])
-    log.info("capsbench: %8.1f ms (median of %d, timed alternately), peak memory %7.1f MiB", 1e3 * ours, args.repeats, mem["ours"] / 2**20)
-    log.info("reference: %8.1f ms (median of %d, timed alternately), peak memory %7.1f MiB", 1e3 * ref, args.repeats, mem["reference"] / 2**20)
+    log.info(
+        "device: %s; precision: %s; compile: %s", device_label(args.device), dtype_label(args.precision), args.compile
+    )
+    log.info(
+        "votes + %d routing iterations, forward + backward, batch %d, in 1152x8D -> out 10x16D",
+        args.iterations,
+        args.batch,
+    )
+    log.info(
+        "max |ours - reference| (fp32): output %.2e, grad u %.2e, grad W %.2e",
+        diffs["output"],
+        diffs["grad_u"],
+        diffs["grad_W"],
+    )
+    log.info(
+        "capsbench: %8.1f ms (median of %d, timed alternately), peak memory %7.1f MiB",
+        1e3 * ours,
+        args.repeats,
+        mem["ours"] / 2**20,
+    )
+    log.info(
+        "reference: %8.1f ms (median of %d, timed alternately), peak memory %7.1f MiB",
+        1e3 * ref,
+        args.repeats,
+        mem["reference"] / 2**20,
+    )
     log.info("speed ratio reference / capsbench: %.2fx", ref / ours)
 
 

@@ -43,10 +43,27 @@ class ReferenceCapsNet(nn.Module):
     capsules -> votes by einsum -> dynamic routing as a Python loop -> label-masked FC decoder.
     Shapes: (B, C, H, W) -> lengths (B, classes), reconstructions (B, C, H, W)."""
 
-    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, conv_channels: int, primary_types: int,
-                 primary_dim: int, class_dim: int, routing_iterations: int, decoder_hidden: list[int], recon_weight: float):
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        image_size: int,
+        num_classes: int,
+        conv_channels: int,
+        primary_types: int,
+        primary_dim: int,
+        class_dim: int,
+        routing_iterations: int,
+        decoder_hidden: list[int],
+        recon_weight: float,
+    ):
         super().__init__()
-        self.types, self.dim, self.iterations, self.recon_weight = primary_types, primary_dim, routing_iterations, recon_weight
+        self.types, self.dim, self.iterations, self.recon_weight = (
+            primary_types,
+            primary_dim,
+            routing_iterations,
+            recon_weight,
+        )
         self.conv = nn.Conv2d(in_channels, conv_channels, 9)
         self.primary = nn.Conv2d(conv_channels, primary_types * primary_dim, 9, stride=2)
         grid = (image_size - 8 - 9) // 2 + 1
@@ -60,7 +77,9 @@ class ReferenceCapsNet(nn.Module):
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.primary(F.relu(self.conv(x)))  # (B, types * dim, g, g)
         b, _, g, _ = h.shape
-        u = squash(h.view(b, self.types, self.dim, g, g).permute(0, 1, 3, 4, 2).reshape(b, -1, self.dim))  # (B, in, dim)
+        u = squash(
+            h.view(b, self.types, self.dim, g, g).permute(0, 1, 3, 4, 2).reshape(b, -1, self.dim)
+        )  # (B, in, dim)
         u_hat = torch.einsum("ijdk,bik->bijd", self.weight, u)  # (B, in, out, D)
         logits = torch.zeros(u_hat.shape[:3], device=x.device)  # (B, in, out)
         for r in range(self.iterations):
@@ -82,8 +101,20 @@ class ReferenceCNN(nn.Module):
     """Sabour et al.'s baseline CNN: convs (ReLU), FC layers (ReLU), dropout, class layer; cross-entropy.
     Shapes: (B, C, H, W) -> logits (B, classes)."""
 
-    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, channels: list[int], kernel_size: int,
-                 padding: str, fc: list[int], dropout: float, mean: float, std: float):
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        image_size: int,
+        num_classes: int,
+        channels: list[int],
+        kernel_size: int,
+        padding: str,
+        fc: list[int],
+        dropout: float,
+        mean: float,
+        std: float,
+    ):
         super().__init__()
         self.mean, self.std = mean, std
         convs, prev, size = [], in_channels, image_size
@@ -104,14 +135,31 @@ def reference_for(name: str, model: Classifier, args: dict) -> nn.Module:
     """The reference twin of capsbench `model`, holding a copy of its weights."""
     keys = ("in_channels", "image_size", "num_classes")
     if name == "capsnet":
-        ref = ReferenceCapsNet(**{k: args[k] for k in (*keys, "conv_channels", "primary_types", "primary_dim",
-                                                         "class_dim", "routing_iterations", "decoder_hidden", "recon_weight")})
+        ref = ReferenceCapsNet(
+            **{
+                k: args[k]
+                for k in (
+                    *keys,
+                    "conv_channels",
+                    "primary_types",
+                    "primary_dim",
+                    "class_dim",
+                    "routing_iterations",
+                    "decoder_hidden",
+                    "recon_weight",
+                )
+            }
+        )
         state = {k: v for k, v in model.state_dict().items() if k != "votes.weight"}
-        state = {k.replace("primary.conv.", "primary.").replace("decoder.net.", "decoder."): v for k, v in state.items()}
+        state = {
+            k.replace("primary.conv.", "primary.").replace("decoder.net.", "decoder."): v for k, v in state.items()
+        }
         w = model.votes.weight.detach()  # (in, D_in, out * D)
         state["weight"] = w.view(w.shape[0], w.shape[1], model.votes.out_caps, model.votes.out_dim).permute(0, 2, 3, 1)
     else:
-        ref = ReferenceCNN(**{k: args[k] for k in (*keys, "channels", "kernel_size", "padding", "fc", "dropout", "mean", "std")})
+        ref = ReferenceCNN(
+            **{k: args[k] for k in (*keys, "channels", "kernel_size", "padding", "fc", "dropout", "mean", "std")}
+        )
         state = model.state_dict()
     ref.load_state_dict(state)
     return ref.to(next(model.parameters()).device)
@@ -139,7 +187,9 @@ def loss_gap(name: str, args: dict, device: str, batch: int = 8) -> float:
         return (ours - ref.loss(images, labels)).abs().item()
 
 
-def steps_for(name: str, args: dict, batch: int, lr: float, device: str, compiled: bool) -> dict[str, Callable[[], object]]:
+def steps_for(
+    name: str, args: dict, batch: int, lr: float, device: str, compiled: bool
+) -> dict[str, Callable[[], object]]:
     """Training-step closures on one fixed batch: capsbench (eager, and compiled when asked) and the reference."""
     torch.manual_seed(0)
     images = torch.rand(batch, args["in_channels"], args["image_size"], args["image_size"], device=device)
@@ -147,7 +197,12 @@ def steps_for(name: str, args: dict, batch: int, lr: float, device: str, compile
     steps: dict[str, Callable[[], object]] = {}
     for label, compile_model in (("capsbench", False), ("capsbench+compile", True))[: 1 + compiled]:
         model = create_model(name, **args).to(device)
-        step = TrainStep(model, make_optimizer(model.parameters(), TrainConfig(lr=lr), device)[0], device=device, compile_model=compile_model)
+        step = TrainStep(
+            model,
+            make_optimizer(model.parameters(), TrainConfig(lr=lr), device)[0],
+            device=device,
+            compile_model=compile_model,
+        )
         steps[label] = lambda step=step: step(Batch(images, labels))
     ref = reference_for(name, create_model(name, **args), args).to(device)
     opt = torch.optim.Adam(ref.parameters(), lr=lr)
@@ -162,7 +217,9 @@ def steps_for(name: str, args: dict, batch: int, lr: float, device: str, compile
     return steps
 
 
-def interleaved_seconds(steps: dict[str, Callable[[], object]], device: str, warmup: int, rounds: int, per_round: int) -> dict[str, float]:
+def interleaved_seconds(
+    steps: dict[str, Callable[[], object]], device: str, warmup: int, rounds: int, per_round: int
+) -> dict[str, float]:
     """Median seconds per step of each closure, timed round-robin: every round runs each closure `per_round` times."""
     for step in steps.values():  # warm-up (and compilation) outside the timed rounds
         time_call(step, device=device, warmup=warmup, repeats=0)
@@ -179,21 +236,30 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time capsbench with train.compile=true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--budget", default="quick", help="whose model sizes and batch size to use")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU intra-op threads (default: as capsbench runs with threads=null, torch's default capped "
-                             "by the CPUs this process may use)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU intra-op threads (default: as capsbench runs with threads=null, torch's default capped "
+        "by the CPUs this process may use)",
+    )
     args = parser.parse_args()
     rounds, per_round = (3, 2) if args.quick else (9, 3)
     cfg = compose([f"budget={args.budget}"], require_suite=False)
     ratios, compiled = {}, {}
     threads = args.threads or auto_threads()
     torch.set_num_threads(threads)
-    print(f"device: {device_label(args.device)} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
-          f"torch {torch.__version__}; batch {cfg.train.batch_size}; {args.budget} budget sizes; "
-          f"{rounds} rounds x {per_round} steps, alternating")
+    print(
+        f"device: {device_label(args.device)} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
+        f"torch {torch.__version__}; batch {cfg.train.batch_size}; {args.budget} budget sizes; "
+        f"{rounds} rounds x {per_round} steps, alternating"
+    )
     for name in MODELS_TIMED:
         model_args = quick_args(name, args.budget)
-        print(f"{name:10s} |capsbench loss - reference loss| at identical weights: {loss_gap(name, model_args, args.device):.1e}")
+        print(
+            f"{name:10s} |capsbench loss - reference loss| at identical weights: "
+            f"{loss_gap(name, model_args, args.device):.1e}"
+        )
         steps = steps_for(name, model_args, cfg.train.batch_size, cfg.train.lr, args.device, args.compile)
         seconds = interleaved_seconds(steps, args.device, warmup=2, rounds=rounds, per_round=per_round)
         for label, s in seconds.items():
@@ -204,9 +270,12 @@ def main() -> None:
     print("the machine may be shared with other jobs: compare the interleaved ratios, not absolute numbers")
     print(f"target capsbench >= reference: {'met' if min(ratios.values()) >= 1.0 else 'NOT met'}")
     if compiled:
-        print(f"compiled ratio {' '.join(f'{k}={v:.2f}' for k, v in compiled.items())}; target faster with compile: "
-              f"{'met' if all(compiled[k] > 1.0 for k in compiled) else 'NOT met'}")
+        print(
+            f"compiled ratio {' '.join(f'{k}={v:.2f}' for k, v in compiled.items())}; target faster with compile: "
+            f"{'met' if all(compiled[k] > 1.0 for k in compiled) else 'NOT met'}"
+        )
     print(f"train_speed ratio {' '.join(f'{k}={v:.2f}' for k, v in ratios.items())}")
+
 
 if __name__ == "__main__":
     main()

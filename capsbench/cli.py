@@ -13,6 +13,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from capsbench.errors import CapsbenchError
+from capsbench.util.registry import close_matches
+from capsbench.util.version import __version__
 
 app = typer.Typer(
     add_completion=False,
@@ -27,10 +29,15 @@ app = typer.Typer(
     "  capsbench list models",
 )
 
-Overrides = Annotated[Optional[list[str]], typer.Argument(help="key=value settings, e.g. suite=accuracy seeds=[0,1,2]", show_default=False)]
+Overrides = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="key=value settings, e.g. suite=accuracy seeds=[0,1,2]", show_default=False),
+]
 FORMATS = ("text", "json")
 Format = Annotated[str, typer.Option("--format", help="text (default) or json", show_default=False)]
-Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress bars, warnings only; print where the outputs are.")]
+Quiet = Annotated[
+    bool, typer.Option("-q", "--quiet", help="No progress bars, warnings only; print where the outputs are.")
+]
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -40,44 +47,49 @@ def _fail(message: str, code: int = 2) -> None:
 
 def _check_format(fmt: str) -> None:
     if fmt not in FORMATS:
-        from capsbench.util.registry import close_matches
-
         _fail(f"unknown --format {fmt!r}: {close_matches(fmt, list(FORMATS))}")
 
 
 def _version(show: bool) -> None:
     if show:
-        from capsbench.util.version import __version__
-
         typer.echo(f"capsbench {__version__}")
         raise typer.Exit()
 
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print capsbench's version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print capsbench's version and exit.")
+    ] = False,
 ) -> None:
     """Benchmark capsule networks against CNN baselines under one protocol."""
 
 
 def _setup_logging(quiet: bool = False) -> None:
     """INFO lines on stderr (warnings only with --quiet, which also turns progress bars off)."""
-    from capsbench.util.progress import set_quiet
+    from capsbench.util.progress import set_quiet  # lazy: tqdm, which --help does not need
 
     set_quiet(quiet)
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
 
 
-@app.command(help="Run a suite: train or reuse checkpoints, measure, log to MLflow, write tables.\n\n"
-             "Examples:\n\n  capsbench run suite=accuracy\n\n  capsbench run suite=accuracy budget=smoke seeds=[0,1,2]\n\n"
-             "  capsbench run suite=[accuracy,robustness] launcher=ray\n\n"
-             "  capsbench run suite=accuracy models=[capsnet] model_args.capsnet.routing_iterations=1\n\n"
-             "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU). "
-             "Finished units are kept: after Ctrl-C or a kill the same command measures only what is missing "
-             "(remeasure=true measures everything again).")
+@app.command(
+    help="Run a suite: train or reuse checkpoints, measure, log to MLflow, write tables.\n\n"
+    "Examples:\n\n  capsbench run suite=accuracy\n\n  capsbench run suite=accuracy budget=smoke seeds=[0,1,2]\n\n"
+    "  capsbench run suite=[accuracy,robustness] launcher=ray\n\n"
+    "  capsbench run suite=accuracy models=[capsnet] model_args.capsnet.routing_iterations=1\n\n"
+    "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU). "
+    "Finished units are kept: after Ctrl-C or a kill the same command measures only what is missing "
+    "(remeasure=true measures everything again)."
+)
 def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    from capsbench.config.compose import compose_suites
+    """`capsbench run`: compose, plan, launch and tabulate the named suites."""
+    from capsbench.config.compose import compose_suites  # lazy: torch-free, but --help does not need it
 
     try:
         cfgs = compose_suites(list(overrides or []))
@@ -88,8 +100,11 @@ def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
     except CapsbenchError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
-        _fail("interrupted: every finished unit and checkpoint is kept, and training resumes from its last epoch; "
-              "run the same command again to measure only what is missing", 130)
+        _fail(
+            "interrupted: every finished unit and checkpoint is kept, and training resumes from its last epoch; "
+            "run the same command again to measure only what is missing",
+            130,
+        )
     for cfg, result in zip(cfgs, results):
         if not quiet:
             typer.echo(result.markdown)
@@ -102,19 +117,30 @@ def _where(cfg: Any, result: Any) -> str:
     figures = sorted(p.name for p in result.paths.values() if p.suffix in (".png", ".pdf"))
     lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}"]
     if figures or (out / "figures").is_dir():
-        lines.append(f"  figures: {out}/" + (", ".join(figures) if figures else "") + (" and figures/" if (out / "figures").is_dir() else ""))
+        lines.append(
+            f"  figures: {out}/"
+            + (", ".join(figures) if figures else "")
+            + (" and figures/" if (out / "figures").is_dir() else "")
+        )
     if result.missing:
-        lines.append(f"  {len(result.missing)} unit(s) failed and are missing from the tables; run the same command again")
+        lines.append(
+            f"  {len(result.missing)} unit(s) failed and are missing from the tables; run the same command again"
+        )
     if result.parent_run_id:
-        lines.append(f"  MLflow run {result.parent_run_id} in {cfg.tracking.uri}; browse: "
-                     f"uv run mlflow ui --backend-store-uri {cfg.tracking.uri}")
+        lines.append(
+            f"  MLflow run {result.parent_run_id} in {cfg.tracking.uri}; browse: "
+            f"uv run mlflow ui --backend-store-uri {cfg.tracking.uri}"
+        )
     return "\n".join(lines)
 
 
-@app.command(help="Train one model (or fetch it from the checkpoint cache) and print where it is.\n\n"
-             "Examples:\n\n  capsbench train model=capsnet dataset=mnist\n\n  capsbench train model=cnn_9x9 budget=smoke seed=1")
+@app.command(
+    help="Train one model (or fetch it from the checkpoint cache) and print where it is.\n\n"
+    "Examples:\n\n  capsbench train model=capsnet dataset=mnist\n\n  capsbench train model=cnn_9x9 budget=smoke seed=1"
+)
 def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    from capsbench.config.compose import compose, parse_overrides
+    """`capsbench train`: the checkpoint of one model and seed, from the cache or trained now."""
+    from capsbench.config.compose import compose, parse_overrides  # lazy: torch-free, but --help does not need it
 
     try:
         items = list(overrides or [])
@@ -124,7 +150,7 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
         rest = [i for i in items if not i.startswith(("model=", "seed="))]
         cfg = compose([*rest, f"models=[{raw['model']}]", f"seeds=[{raw.get('seed', '0')}]"], require_suite=False)
         from capsbench.run.execute import trained as train_unit  # heavy: only once the input is known to be good
-        from capsbench.run.plan import training_unit
+        from capsbench.run.plan import training_unit  # with the line above: imports torch
 
         _setup_logging(quiet)
         trained = train_unit(training_unit(cfg, raw["model"], cfg.seeds[0]))
@@ -133,18 +159,23 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
     except KeyboardInterrupt:
         _fail("interrupted: training resumes from its last finished epoch when you run the same command again", 130)
     source = "cache" if trained.cached else "trained"
-    typer.echo(f"{raw['model']} ({source}): best epoch {trained.meta['best_epoch']}, "
-               f"validation accuracy {100 * trained.meta['best_val_accuracy']:.2f} %\ncheckpoint: {trained.path}")
+    typer.echo(
+        f"{raw['model']} ({source}): best epoch {trained.meta['best_epoch']}, "
+        f"validation accuracy {100 * trained.meta['best_val_accuracy']:.2f} %\ncheckpoint: {trained.path}"
+    )
 
 
-@app.command(help="Tables across every finished tracked run (all seeds and invocations), published numbers beside "
-             "measured ones, figures, and one report.md and standalone report.tex, under <output_dir>/report/.\n\n"
-             "Examples:\n\n  capsbench report\n\n  capsbench report suite=accuracy budget=quick\n\n"
-             "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
-             "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir. "
-             "Runs of different budgets or capsbench versions are never mixed.")
+@app.command(
+    help="Tables across every finished tracked run (all seeds and invocations), published numbers beside "
+    "measured ones, figures, and one report.md and standalone report.tex, under <output_dir>/report/.\n\n"
+    "Examples:\n\n  capsbench report\n\n  capsbench report suite=accuracy budget=quick\n\n"
+    "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
+    "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir. "
+    "Runs of different budgets or capsbench versions are never mixed."
+)
 def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    from capsbench.config.compose import compose_report
+    """`capsbench report`: tables, figures and claims across the tracked runs."""
+    from capsbench.config.compose import compose_report  # lazy: torch-free, but --help does not need it
 
     try:
         cfg = compose_report(list(overrides or []))
@@ -157,7 +188,7 @@ def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
     for section in result.sections:
         typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
     if result.claims:
-        from capsbench.reporting.verdicts import render_markdown
+        from capsbench.reporting.verdicts import render_markdown  # loaded already by build_report
 
         typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
     typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
@@ -168,37 +199,62 @@ def _catalog(what: str) -> list[dict[str, Any]]:
     import dataclasses
 
     if what == "models":
-        from capsbench.models import MODELS
+        from capsbench.models import MODELS  # lazy: the registries are torch-free, but --help needs none
 
-        return [{"name": n, "description": MODELS.get(n).description, "class": MODELS.get(n).target,
-                 "arguments": MODELS.get(n).arguments()} for n in MODELS]
+        return [
+            {
+                "name": n,
+                "description": MODELS.get(n).description,
+                "class": MODELS.get(n).target,
+                "arguments": MODELS.get(n).arguments(),
+            }
+            for n in MODELS
+        ]
     if what == "datasets":
-        from capsbench.data import DATASETS
+        from capsbench.data import DATASETS  # lazy, as above
 
-        return [{"name": n, "description": (d := DATASETS.get(n)).description, "in_channels": d.in_channels,
-                 "image_size": d.image_size, "num_classes": d.num_classes, "train_crop": d.train_crop} for n in DATASETS]
-    from capsbench.suites import CATALOG
+        return [
+            {
+                "name": n,
+                "description": (d := DATASETS.get(n)).description,
+                "in_channels": d.in_channels,
+                "image_size": d.image_size,
+                "num_classes": d.num_classes,
+                "train_crop": d.train_crop,
+            }
+            for n in DATASETS
+        ]
+    from capsbench.suites import CATALOG  # lazy, as above
 
-    return [{"name": n, "description": (e := CATALOG.get(n)).description, "class": e.target,
-             "params": dataclasses.asdict(e.params())} for n in CATALOG]
+    return [
+        {
+            "name": n,
+            "description": (e := CATALOG.get(n)).description,
+            "class": e.target,
+            "params": dataclasses.asdict(e.params()),
+        }
+        for n in CATALOG
+    ]
 
 
-@app.command(name="list", help="List registered models, datasets or suites, or the checkpoints in the cache.\n\n"
-             "Examples:\n\n  capsbench list models\n\n  capsbench list suites --format json\n\n"
-             "  capsbench list checkpoints [cache_dir=DIR | output_dir=DIR]")
+@app.command(
+    name="list",
+    help="List registered models, datasets or suites, or the checkpoints in the cache.\n\n"
+    "Examples:\n\n  capsbench list models\n\n  capsbench list suites --format json\n\n"
+    "  capsbench list checkpoints [cache_dir=DIR | output_dir=DIR]",
+)
 def list_(
     what: Annotated[str, typer.Argument(help="models, datasets, suites or checkpoints")] = "models",
     overrides: Overrides = None,
     fmt: Format = "text",
 ) -> None:
+    """`capsbench list`: the registries, or the checkpoints in the cache."""
     _check_format(fmt)
     kinds = ("models", "datasets", "suites", "checkpoints")
     if what not in kinds:
-        from capsbench.util.registry import close_matches
-
         _fail(f"cannot list {what!r}: {close_matches(what, list(kinds))}")
     if what == "checkpoints":
-        from capsbench.run.checkpoint_list import cache_directory, list_checkpoints, text_lines
+        from capsbench.run.checkpoint_list import cache_directory, list_checkpoints, text_lines  # lazy: torch-free
 
         try:
             directory = cache_directory(list(overrides or []))
@@ -222,11 +278,15 @@ def list_(
         typer.echo(f"{entry['name']:14s} {entry['description']}")
 
 
-@app.command(name="show-config", help="Print the composed config a run would use (device=auto is resolved when the run "
-             "starts).\n\nExamples:\n\n  capsbench show-config suite=accuracy budget=smoke\n\n"
-             "  capsbench show-config suite=robustness --format json")
+@app.command(
+    name="show-config",
+    help="Print the composed config a run would use (device=auto is resolved when the run "
+    "starts).\n\nExamples:\n\n  capsbench show-config suite=accuracy budget=smoke\n\n"
+    "  capsbench show-config suite=robustness --format json",
+)
 def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
-    from capsbench.config.compose import compose, to_dict, to_yaml
+    """`capsbench show-config`: the composed config a run would use."""
+    from capsbench.config.compose import compose, to_dict, to_yaml  # lazy: torch-free, but --help does not need it
 
     _check_format(fmt)
     try:
@@ -240,6 +300,7 @@ def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
 
 
 def main() -> None:
+    """The console script's entry point."""
     app()
 
 

@@ -31,7 +31,9 @@ def make_splits(n_train: int = 64, n_val: int = 32, n_test: int = 32, size: int 
             x[i, 0, 2 * label + 4 : 2 * label + 6, 4:-4] = 255
         return x, y
 
-    spec = DatasetSpec(load=lambda root, download: None, in_channels=1, image_size=size, num_classes=10, description="synthetic")
+    spec = DatasetSpec(
+        load=lambda root, download: None, in_channels=1, image_size=size, num_classes=10, description="synthetic"
+    )
     return Splits("synthetic", *split(n_train), *split(n_val), *split(n_test), spec=spec)
 
 
@@ -44,7 +46,14 @@ def tiny_splits() -> Splits:
 def smoke_cfg(tmp_path: Path):
     """The smoke budget with everything written under tmp_path and MLflow off."""
     return compose(
-        ["suite=accuracy", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "train.epochs=1", "device=cpu"]
+        [
+            "suite=accuracy",
+            "budget=smoke",
+            f"output_dir={tmp_path}",
+            "tracking.enabled=false",
+            "train.epochs=1",
+            "device=cpu",
+        ]
     )
 
 
@@ -74,8 +83,18 @@ def tracked_store(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(execute, "load_data", lambda dataset, data: make_splits())
         for seeds in ("[0,1]", "[2,3]"):
-            cfg = compose(["suite=accuracy", "budget=smoke", f"output_dir={out}", f"tracking.uri={uri}",
-                           "train.epochs=1", "device=cpu", f"seeds={seeds}", "models=[capsnet,cnn_sabour]"])
+            cfg = compose(
+                [
+                    "suite=accuracy",
+                    "budget=smoke",
+                    f"output_dir={out}",
+                    f"tracking.uri={uri}",
+                    "train.epochs=1",
+                    "device=cpu",
+                    f"seeds={seeds}",
+                    "models=[capsnet,cnn_sabour]",
+                ]
+            )
             records += driver.run_suite(cfg).records
     return uri, out, records
 
@@ -112,8 +131,14 @@ class Probe:
 
 def _run_cli(*commands: list[str], cwd: Path, env: dict[str, str] | None = None) -> Probe:
     """Each command (`capsbench` arguments) in turn, in one fresh interpreter started in `cwd`."""
-    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(commands)], cwd=cwd, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(commands)],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = done.stderr.splitlines()
     report = [line for line in lines if line.startswith(MARKER)]
     assert report, f"the probe did not report (exit {done.returncode}):\n{done.stderr}"

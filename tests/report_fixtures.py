@@ -20,12 +20,24 @@ def acc(suite: str, model: str, metric: str, right: int, n: int, seed: int = 0, 
 
 
 def value(suite: str, model: str, metric: str, v: float, seed: int = 0, **columns: Any) -> dict[str, Any]:
-    return {"suite": suite, "model": model, "dataset": "mnist", "seed": seed, "metric": metric, "value": float(v), **columns}
+    return {
+        "suite": suite,
+        "model": model,
+        "dataset": "mnist",
+        "seed": seed,
+        "metric": metric,
+        "value": float(v),
+        **columns,
+    }
 
 
 def accuracy() -> list[dict[str, Any]]:
     rows = []
-    for model, rights in {"capsnet": (9930, 9941, 9925), "cnn_sabour": (9902, 9911, 9899), "cnn_9x9": (9928, 9930, 9936)}.items():
+    for model, rights in {
+        "capsnet": (9930, 9941, 9925),
+        "cnn_sabour": (9902, 9911, 9899),
+        "cnn_9x9": (9928, 9930, 9936),
+    }.items():
         for seed, right in enumerate(rights):
             rows.append(acc("accuracy", model, "test_accuracy", right, 10000, seed))
             rows.append(acc("accuracy", model, "test_error", right, 10000, seed, error=True))
@@ -34,22 +46,44 @@ def accuracy() -> list[dict[str, Any]]:
 
 def accuracy_published() -> list[dict[str, Any]]:
     return [
-        {"model": "capsnet", "dataset": "mnist", "metric": "test_error", "value": 0.25, "std": 0.005,
-         "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
-                     "(arXiv:1710.09829), Table 1: 3 routing iterations, with reconstruction"},
-        {"model": "cnn_sabour", "dataset": "mnist", "metric": "test_error", "value": 0.39, "std": None,
-         "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
-                     "(arXiv:1710.09829), Table 1: baseline CNN; 35.4 M parameters"},
+        {
+            "model": "capsnet",
+            "dataset": "mnist",
+            "metric": "test_error",
+            "value": 0.25,
+            "std": 0.005,
+            "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
+            "(arXiv:1710.09829), Table 1: 3 routing iterations, with reconstruction",
+        },
+        {
+            "model": "cnn_sabour",
+            "dataset": "mnist",
+            "metric": "test_error",
+            "value": 0.39,
+            "std": None,
+            "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
+            "(arXiv:1710.09829), Table 1: baseline CNN; 35.4 M parameters",
+        },
     ]
 
 
 EPS = (0.0, 0.1, 0.2, 0.3)
 CURVES = {  # model -> attack -> images robust out of 200 at each eps
-    "capsnet": {"fgsm": (198, 150, 92, 51), "pgd": (198, 131, 40, 4), "pgd_adaptive": (198, 120, 31, 0),
-                "vote": (198, 139, 60, 12), "square": (None, 171, None, None)},
+    "capsnet": {
+        "fgsm": (198, 150, 92, 51),
+        "pgd": (198, 131, 40, 4),
+        "pgd_adaptive": (198, 120, 31, 0),
+        "vote": (198, 139, 60, 12),
+        "square": (None, 171, None, None),
+    },
     "cnn_sabour": {"fgsm": (199, 141, 60, 20), "pgd": (199, 118, 12, 0), "square": (None, 160, None, None)},
-    "effcapsnet": {"fgsm": (196, 170, 150, 140), "pgd": (196, 168, 140, 120), "pgd_adaptive": (196, 160, 130, 100),
-                   "vote": (196, 165, 141, 118), "square": (None, 90, None, None)},
+    "effcapsnet": {
+        "fgsm": (196, 170, 150, 140),
+        "pgd": (196, 168, 140, 120),
+        "pgd_adaptive": (196, 160, 130, 100),
+        "vote": (196, 165, 141, 118),
+        "square": (None, 90, None, None),
+    },
 }
 CLEAN = {"capsnet": 198, "cnn_sabour": 199, "effcapsnet": 196}
 
@@ -59,15 +93,36 @@ def robustness() -> list[dict[str, Any]]:
     for model, attacks in CURVES.items():
         mine = [acc("robustness", model, "clean_accuracy", CLEAN[model], 200)]
         for attack, rights in attacks.items():
-            mine += [acc("robustness", model, "robust_accuracy", r, 200, attack=attack, eps=e)
-                     for e, r in zip(EPS, rights) if r is not None]
+            mine += [
+                acc("robustness", model, "robust_accuracy", r, 200, attack=attack, eps=e)
+                for e, r in zip(EPS, rights)
+                if r is not None
+            ]
         for attack in ("pgd_adaptive", "vote"):
             if attack not in attacks:
-                mine.append(value("robustness", model, "attack_skipped", 1, attack=attack,
-                                  reason="needs capsule poses (the model has none)"))
+                mine.append(
+                    value(
+                        "robustness",
+                        model,
+                        "attack_skipped",
+                        1,
+                        attack=attack,
+                        reason="needs capsule poses (the model has none)",
+                    )
+                )
         white = [a for a in attacks if a != "square"]
-        mine += [acc("robustness", model, "robust_accuracy", min(attacks[a][i] for a in white), 200, attack="worst_case", eps=e)
-                 for i, e in enumerate(EPS)]
+        mine += [
+            acc(
+                "robustness",
+                model,
+                "robust_accuracy",
+                min(attacks[a][i] for a in white),
+                200,
+                attack="worst_case",
+                eps=e,
+            )
+            for i, e in enumerate(EPS)
+        ]
         mine += [value("robustness", model, "attack_throughput", 900 + 10 * i, attack=a) for i, a in enumerate(attacks)]
         flags = sanity_flags(mine, near_zero=1.0)
         mine += [value("robustness", model, "sanity_flag", float(f.fired), check=f.check) for f in flags]
@@ -77,23 +132,41 @@ def robustness() -> list[dict[str, Any]]:
 
 
 def affine() -> list[dict[str, Any]]:
-    grids = {"rotation": (-90, -60, -45, -30, -15, 0, 15, 30, 45, 60, 90), "scale": (0.7, 1.0, 1.3),
-             "shear": (-0.4, 0.0, 0.4), "translation": (-9, 0, 9)}
+    grids = {
+        "rotation": (-90, -60, -45, -30, -15, 0, 15, 30, 45, 60, 90),
+        "scale": (0.7, 1.0, 1.3),
+        "shear": (-0.4, 0.0, 0.4),
+        "translation": (-9, 0, 9),
+    }
     rows = []
     for model, centred, aff, slope in (("capsnet", 985, 702, 4), ("cnn_sabour", 990, 611, 6)):
         rows.append(acc("affine", model, "centred_accuracy", centred, 1000))
-        rows.append(acc("affine", model, "affnist_accuracy", aff, 1000, test_set="affNIST-style sha256:0123456789abcdef"))
+        rows.append(
+            acc("affine", model, "affnist_accuracy", aff, 1000, test_set="affNIST-style sha256:0123456789abcdef")
+        )
         for transform, grid in grids.items():
             for i, m in enumerate(grid):
                 distance = abs(i - grid.index(0 if transform != "scale" else 1.0))
-                rows.append(acc("affine", model, "sweep_accuracy", 300 - slope * 7 * distance, 300, transform=transform,
-                                magnitude=float(m)))
+                rows.append(
+                    acc(
+                        "affine",
+                        model,
+                        "sweep_accuracy",
+                        300 - slope * 7 * distance,
+                        300,
+                        transform=transform,
+                        magnitude=float(m),
+                    )
+                )
     return rows
 
 
 def overlap() -> list[dict[str, Any]]:
     rows = []
-    for model, both, digit, single, box in (("capsnet", 9410, 19300, 9900, 81.3), ("cnn_multimnist", 9120, 19100, 9890, 81.3)):
+    for model, both, digit, single, box in (
+        ("capsnet", 9410, 19300, 9900, 81.3),
+        ("cnn_multimnist", 9120, 19100, 9890, 81.3),
+    ):
         rows.append(acc("overlap", model, "both_correct_accuracy", both, 10000))
         rows.append(acc("overlap", model, "both_correct_error", both, 10000, error=True))
         rows.append(acc("overlap", model, "per_digit_accuracy", digit, 20000))
@@ -103,19 +176,34 @@ def overlap() -> list[dict[str, Any]]:
 
 
 def overlap_published() -> list[dict[str, Any]]:
-    return [{"model": "capsnet", "dataset": "mnist", "metric": "both_correct_error", "value": 5.2, "std": None,
-             "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
-                         "(arXiv:1710.09829), Table 1: 3 routing iterations, with reconstruction"}]
+    return [
+        {
+            "model": "capsnet",
+            "dataset": "mnist",
+            "metric": "both_correct_error",
+            "value": 5.2,
+            "std": None,
+            "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
+            "(arXiv:1710.09829), Table 1: 3 routing iterations, with reconstruction",
+        }
+    ]
 
 
 def routing() -> list[dict[str, Any]]:
     rows = []
     for r, right, latency in ((1, 9850, 2.1), (2, 9871, 2.9), (3, 9874, 3.8), (4, 9869, 4.6), (5, 9866, 5.5)):
-        rows += [acc("routing", "capsnet", "test_accuracy", right, 10000, r=r),
-                 acc("routing", "capsnet", "test_error", right, 10000, error=True, r=r),
-                 value("routing", "capsnet", "latency", latency, r=r), value("routing", "capsnet", "throughput", 6000 / latency, r=r)]
-    rows += [acc("routing", "cnn_sabour", "test_accuracy", 9890, 10000), acc("routing", "cnn_sabour", "test_error", 9890, 10000, error=True),
-             value("routing", "cnn_sabour", "latency", 1.2), value("routing", "cnn_sabour", "throughput", 9100.0)]
+        rows += [
+            acc("routing", "capsnet", "test_accuracy", right, 10000, r=r),
+            acc("routing", "capsnet", "test_error", right, 10000, error=True, r=r),
+            value("routing", "capsnet", "latency", latency, r=r),
+            value("routing", "capsnet", "throughput", 6000 / latency, r=r),
+        ]
+    rows += [
+        acc("routing", "cnn_sabour", "test_accuracy", 9890, 10000),
+        acc("routing", "cnn_sabour", "test_error", 9890, 10000, error=True),
+        value("routing", "cnn_sabour", "latency", 1.2),
+        value("routing", "cnn_sabour", "throughput", 9100.0),
+    ]
     return rows
 
 
@@ -123,38 +211,82 @@ def efficiency() -> list[dict[str, Any]]:
     timing = {"device": "cpu (2 threads)", "dtype": "float32"}
     slope = "slope of median time over r=1..3"
     sizes = {  # model -> part -> (M params, M MACs, M elementwise ops)
-        "capsnet": {"encoder": (0.0133, 1.64, 0.012), "routing": (0.0737, 0.0737, 0.0251), "decoder": (0.112, 0.112, 0.0009)},
+        "capsnet": {
+            "encoder": (0.0133, 1.64, 0.012),
+            "routing": (0.0737, 0.0737, 0.0251),
+            "decoder": (0.112, 0.112, 0.0009),
+        },
         "cnn_sabour": {"encoder": (0.0302, 2.31, 0.0215)},
     }
     rows = []
     for model, parts in sizes.items():
         for i, (name, (p, m, e)) in enumerate(parts.items()):
-            rows += [value("efficiency", model, "params", p, part=name), value("efficiency", model, "macs", m, part=name),
-                     value("efficiency", model, "elementwise_ops", e, part=name),
-                     value("efficiency", model, "module_macs", m, module=f"{name}_block{i}")]
+            rows += [
+                value("efficiency", model, "params", p, part=name),
+                value("efficiency", model, "macs", m, part=name),
+                value("efficiency", model, "elementwise_ops", e, part=name),
+                value("efficiency", model, "module_macs", m, module=f"{name}_block{i}"),
+            ]
         total = sum(v[1] for v in parts.values())
-        rows += [value("efficiency", model, "params", sum(v[0] for v in parts.values()), part="total"),
-                 value("efficiency", model, "macs", total, part="total"),
-                 value("efficiency", model, "flops", 2 * total, part="total"),
-                 value("efficiency", model, "flopcounter_macs", total, part="total")]
+        rows += [
+            value("efficiency", model, "params", sum(v[0] for v in parts.values()), part="total"),
+            value("efficiency", model, "macs", total, part="total"),
+            value("efficiency", model, "flops", 2 * total, part="total"),
+            value("efficiency", model, "flopcounter_macs", total, part="total"),
+        ]
         scale = 1.0 if model == "capsnet" else 0.6
         for mode in ("infer", "train"):
             for batch in (1, 64):
                 peak = (310 if mode == "infer" else 420) * scale + batch
-                rows.append(value("efficiency", model, "peak_memory", peak, mode=mode, batch=batch,
-                                  method="peak RSS, fresh process", **timing))
-                rows.append(value("efficiency", model, "step_memory", peak - 300 * scale, mode=mode, batch=batch,
-                                  method="peak RSS, fresh process", **timing))
-        rows += [value("efficiency", model, "latency", 3.1 * scale, batch=1, **timing),
-                 value("efficiency", model, "throughput", 2400 / scale, batch=64, **timing)]
+                rows.append(
+                    value(
+                        "efficiency",
+                        model,
+                        "peak_memory",
+                        peak,
+                        mode=mode,
+                        batch=batch,
+                        method="peak RSS, fresh process",
+                        **timing,
+                    )
+                )
+                rows.append(
+                    value(
+                        "efficiency",
+                        model,
+                        "step_memory",
+                        peak - 300 * scale,
+                        mode=mode,
+                        batch=batch,
+                        method="peak RSS, fresh process",
+                        **timing,
+                    )
+                )
+        rows += [
+            value("efficiency", model, "latency", 3.1 * scale, batch=1, **timing),
+            value("efficiency", model, "throughput", 2400 / scale, batch=64, **timing),
+        ]
     rows.append(value("efficiency", "capsnet", "uncounted_op_calls", 3, op="aten::cumsum"))
     for batch, base in ((1, 0.21), (64, 4.2)):
-        rows += [value("efficiency", "capsnet", "routing_latency", base * r, batch=batch, r=r, **timing) for r in (1, 2, 3)]
-        rows.append(value("efficiency", "capsnet", "routing_iteration_latency", base, batch=batch, method=slope, **timing))
+        rows += [
+            value("efficiency", "capsnet", "routing_latency", base * r, batch=batch, r=r, **timing) for r in (1, 2, 3)
+        ]
+        rows.append(
+            value("efficiency", "capsnet", "routing_iteration_latency", base, batch=batch, method=slope, **timing)
+        )
     return rows
 
 
 def efficiency_published() -> list[dict[str, Any]]:
-    return [{"model": "capsnet", "dataset": "mnist", "metric": "params", "part": "total", "value": 8.2, "std": None,
-             "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
-                         "(arXiv:1710.09829), Section 5: with the reconstruction decoder"}]
+    return [
+        {
+            "model": "capsnet",
+            "dataset": "mnist",
+            "metric": "params",
+            "part": "total",
+            "value": 8.2,
+            "std": None,
+            "footnote": "S. Sabour, N. Frosst, G. E. Hinton. Dynamic Routing Between Capsules. NeurIPS 2017 "
+            "(arXiv:1710.09829), Section 5: with the reconstruction decoder",
+        }
+    ]

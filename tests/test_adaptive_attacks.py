@@ -89,7 +89,10 @@ def test_pgd_adaptive_follows_a_different_gradient_through_a_real_squash():
     x = torch.rand(4, 1, 28, 28, requires_grad=True)
     y = decisions(model, x)
     grads = []
-    objectives = [*ATTACKS.get("pgd").make_objectives(model, SETTINGS), *ATTACKS.get("pgd_adaptive").make_objectives(model, SETTINGS)]
+    objectives = [
+        *ATTACKS.get("pgd").make_objectives(model, SETTINGS),
+        *ATTACKS.get("pgd_adaptive").make_objectives(model, SETTINGS),
+    ]
     for objective in objectives:  # standard; pre-squash with the exact backward; pre-squash with BPDA
         logits = objective(x).logits
         grads.append(torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y), x)[0])

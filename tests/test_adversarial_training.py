@@ -78,7 +78,10 @@ def test_adversarial_settings_enter_the_key_only_when_set(smoke_cfg, tiny_splits
     standard = train_identity()
     assert "adversarial" not in standard  # standard checkpoints keep their keys
     smoke_cfg.train.adversarial, smoke_cfg.train.adv_eps = "pgd", 0.2
-    assert train_identity() == {**standard, "adversarial": {"method": "pgd", "eps": 0.2, "steps": 5, "step_size": 0.05, "ramp_epochs": 1}}
+    assert train_identity() == {
+        **standard,
+        "adversarial": {"method": "pgd", "eps": 0.2, "steps": 5, "step_size": 0.05, "ramp_epochs": 1},
+    }
 
 
 def test_an_adversarially_trained_model_gets_its_own_checkpoint(smoke_cfg, tiny_splits):
@@ -87,18 +90,32 @@ def test_an_adversarially_trained_model_gets_its_own_checkpoint(smoke_cfg, tiny_
     robust = obtain_model(unit_cfg(smoke_cfg, "cnn_9x9"), "cnn_9x9", 0, tiny_splits)
     assert not robust.cached and robust.key != standard.key
     assert robust.meta["identity"]["train"]["adversarial"]["steps"] == 2
-    assert any(not torch.equal(a, b) for a, b in zip(standard.model.state_dict().values(), robust.model.state_dict().values()))
+    assert any(
+        not torch.equal(a, b) for a, b in zip(standard.model.state_dict().values(), robust.model.state_dict().values())
+    )
 
 
 def test_units_and_table_rows_name_the_training(tmp_path):
-    cfg = compose(["suite=robustness", "budget=smoke", f"output_dir={tmp_path}", "models=[cnn_sabour,capsnet]",
-                   "model_train.capsnet.adversarial=pgd"])
+    cfg = compose(
+        [
+            "suite=robustness",
+            "budget=smoke",
+            f"output_dir={tmp_path}",
+            "models=[cnn_sabour,capsnet]",
+            "model_train.capsnet.adversarial=pgd",
+        ]
+    )
     units = {u.model: u for u in plan(cfg)}
     assert units["capsnet"].variant == {"training": "pgd"} and units["cnn_sabour"].variant == {}
     assert "trainingpgd" in units["capsnet"].name
-    records = [{"suite": "accuracy", "model": m, "dataset": "mnist", "seed": 0, "metric": "test_accuracy",
-                "value": v, **extra} for m, v, extra in
-               [("cnn_sabour", 99.0, {}), ("cnn_sabour", 98.0, {"training": "pgd"}), ("capsnet", 97.0, {"training": "pgd"})]]
+    records = [
+        {"suite": "accuracy", "model": m, "dataset": "mnist", "seed": 0, "metric": "test_accuracy", "value": v, **extra}
+        for m, v, extra in [
+            ("cnn_sabour", 99.0, {}),
+            ("cnn_sabour", 98.0, {"training": "pgd"}),
+            ("capsnet", 97.0, {"training": "pgd"}),
+        ]
+    ]
     frame = records_frame(records, AccuracySuite)
     [table] = build_tables(frame, AccuracySuite, AccuracySuite.layout)
     assert [row[-1] for row in table.rows] == ["cnn_sabour", "cnn_sabour (training=pgd)", "capsnet (training=pgd)"]
@@ -121,9 +138,12 @@ def test_adversarial_training_raises_smoke_robust_accuracy(tmp_path, mnist_root)
     (smoke: eps 0.1 ramped over the first epoch, 5 steps of 0.05), attacked by the robustness suite's PGD (10 steps)
     at eps 0.1 on 300 test digits. Measured on a 2-core CPU: standard 34.3 %, PGD-trained 84.7 % (clean 92.3, 96.7);
     without the ramp the PGD-trained model collapsed to a constant output (8.0 % at every eps)."""
-    cfg = compose(["suite=robustness", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu"])
-    splits = load_splits("mnist", root=mnist_root, download=False, val_size=5000, train_subset=3000, val_subset=300,
-                         test_subset=300)
+    cfg = compose(
+        ["suite=robustness", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu"]
+    )
+    splits = load_splits(
+        "mnist", root=mnist_root, download=False, val_size=5000, train_subset=3000, val_subset=300, test_subset=300
+    )
     standard = obtain_model(cfg, "cnn_sabour", 0, splits).model.eval()
     cfg.train.adversarial = "pgd"
     robust = obtain_model(cfg, "cnn_sabour", 0, splits).model.eval()
@@ -137,8 +157,20 @@ def test_figures_draw_a_trained_model_as_a_line_of_its_own():
     from capsbench.suites.layout import SweepPlot
     from capsbench.suites.routing import RoutingSuite
 
-    records = [{"suite": "routing", "model": "capsnet", "dataset": "mnist", "seed": 0, "metric": "test_accuracy",
-                "value": v + r, "r": r, **extra} for v, extra in [(90.0, {}), (80.0, {"training": "pgd"})] for r in (1, 2)]
+    records = [
+        {
+            "suite": "routing",
+            "model": "capsnet",
+            "dataset": "mnist",
+            "seed": 0,
+            "metric": "test_accuracy",
+            "value": v + r,
+            "r": r,
+            **extra,
+        }
+        for v, extra in [(90.0, {}), (80.0, {"training": "pgd"})]
+        for r in (1, 2)
+    ]
     spec = SweepPlot("f", ("test_accuracy",), "r")
     fig = sweep_figure(records_frame(records, RoutingSuite), spec, RoutingSuite)
     assert sorted(text.get_text() for text in fig.legends[0].get_texts()) == ["capsnet", "capsnet (training=pgd)"]

@@ -87,13 +87,21 @@ def test_affine_suite_trains_augmented_models_on_their_own_protocol(tmp_path):
     assert torch.equal(augmented.eval_inputs(torch.ones(2, 1, 28, 28)), plain.eval_inputs(torch.ones(2, 1, 28, 28)))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["suite=affine", "train.augment=afine"], "did you mean 'affine'"),
-    (["suite=accuracy", "train.augment=affine"], "applies to suite=affine"),
-    (["suite=affine", "train.augment=affine", "train.affine_scale=[1.2,0.8]"], "train.affine_scale must be two numbers"),
-    (["suite=affine", "model_train.cnn_9x9.augment=affine", "model_train.cnn_9x9.affine_shear=-0.1"],
-     "model_train.cnn_9x9.affine_shear must be a number >= 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["suite=affine", "train.augment=afine"], "did you mean 'affine'"),
+        (["suite=accuracy", "train.augment=affine"], "applies to suite=affine"),
+        (
+            ["suite=affine", "train.augment=affine", "train.affine_scale=[1.2,0.8]"],
+            "train.affine_scale must be two numbers",
+        ),
+        (
+            ["suite=affine", "model_train.cnn_9x9.augment=affine", "model_train.cnn_9x9.affine_shear=-0.1"],
+            "model_train.cnn_9x9.affine_shear must be a number >= 0",
+        ),
+    ],
+)
 def test_bad_augmentation_settings_name_the_fix(tmp_path, overrides, message):
     with pytest.raises(CapsbenchError, match=message):
         compose([*overrides, f"output_dir={tmp_path}"])

@@ -51,8 +51,11 @@ def test_identity_warp_is_exact_and_known_moves_are_exact():
 def test_affine_matrix_composes_scale_then_shear_then_rotation():
     a = affine_matrix(rotation_deg=30.0, shear=0.1, scale_x=1.2, scale_y=0.9)
     c, s = math.cos(math.radians(30)), math.sin(math.radians(30))
-    expected = torch.tensor([[c, s], [-s, c]], dtype=torch.float64) @ torch.tensor([[1, 0.1], [0, 1]], dtype=torch.float64) \
+    expected = (
+        torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        @ torch.tensor([[1, 0.1], [0, 1]], dtype=torch.float64)
         @ torch.diag(torch.tensor([1.2, 0.9], dtype=torch.float64))
+    )
     assert torch.allclose(a, expected, atol=1e-12)
 
 
@@ -69,8 +72,16 @@ def test_generator_is_deterministic_within_ranges_and_keeps_ink_on_canvas():
     assert rot.std() > 5 and shear.std() > 0.05 and tx.std() > 1 and ty.std() > 1  # the ranges are actually used
     assert torch.equal(tx, tx.round()) and torch.equal(ty, ty.round())
     # No ink cut off: the same warp on a canvas with a 20-px border loses nothing that the 40x40 one keeps.
-    wide = warp(centre_on_canvas(x, 80), torch.stack([affine_matrix(rotation_deg=float(r), shear=float(s), scale_x=float(p),
-                                                                    scale_y=float(q)) for r, s, p, q in a.params[:, :4]]), a.params[:, 4:])
+    wide = warp(
+        centre_on_canvas(x, 80),
+        torch.stack(
+            [
+                affine_matrix(rotation_deg=float(r), shear=float(s), scale_x=float(p), scale_y=float(q))
+                for r, s, p, q in a.params[:, :4]
+            ]
+        ),
+        a.params[:, 4:],
+    )
     assert torch.equal(wide[:, :, 20:60, 20:60], a.images) and wide.sum() == a.images.sum()
     assert generate(x, y, AffineRanges(seed=1)).sha256 != a.sha256
 
@@ -99,12 +110,17 @@ def test_generated_hash_of_real_mnist_is_the_same_on_every_machine(mnist_root):
 def write_affnist_mat(path, images, labels):
     """A file in the official layout: struct affNISTdata, image (1600, N) uint8 one row-major 40x40 image per column."""
     n = len(labels)
-    savemat(str(path), {"affNISTdata": {
-        "image": images.reshape(n, 1600).T.astype(np.uint8),
-        "label_int": labels.reshape(1, n).astype(np.uint8),
-        "label_one_of_n": np.eye(10, dtype=np.uint8)[labels].T,
-        "human_readable_transform": np.zeros((7, n)),
-    }})
+    savemat(
+        str(path),
+        {
+            "affNISTdata": {
+                "image": images.reshape(n, 1600).T.astype(np.uint8),
+                "label_int": labels.reshape(1, n).astype(np.uint8),
+                "label_one_of_n": np.eye(10, dtype=np.uint8)[labels].T,
+                "human_readable_transform": np.zeros((7, n)),
+            }
+        },
+    )
 
 
 def test_real_affnist_loader_reads_single_file_and_numbered_batches(tmp_path):
@@ -132,7 +148,9 @@ def test_real_affnist_loader_rejects_wrong_files(tmp_path):
     savemat(str(tmp_path / "affNIST" / "test.mat"), {"something": np.zeros(3)})
     with pytest.raises(CapsbenchError, match="affNISTdata"):
         load_affnist_test(tmp_path)
-    savemat(str(tmp_path / "affNIST" / "test.mat"), {"affNISTdata": {"image": np.zeros((784, 2), np.uint8),
-                                                                   "label_int": np.zeros((1, 2), np.uint8)}})
+    savemat(
+        str(tmp_path / "affNIST" / "test.mat"),
+        {"affNISTdata": {"image": np.zeros((784, 2), np.uint8), "label_int": np.zeros((1, 2), np.uint8)}},
+    )
     with pytest.raises(CapsbenchError, match="1600"):
         load_affnist_test(tmp_path)

@@ -1,4 +1,5 @@
-"""End to end on real MNIST: `capsbench run suite=affine budget=smoke` writes records, tables, sweep plots and MLflow runs."""
+"""End to end on real MNIST: `capsbench run suite=affine budget=smoke` writes records, tables, sweep plots and MLflow
+runs."""
 
 import csv
 import shutil
@@ -21,15 +22,25 @@ def run_records(args, out):
 @pytest.mark.slow
 def test_affine_smoke_end_to_end(tmp_path, mnist_root):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = ["run", "suite=affine", "budget=smoke", f"output_dir={tmp_path / 'out'}", f"data.root={mnist_root}",
-            "data.download=false", f"tracking.uri={uri}", "device=cpu"]
+    args = [
+        "run",
+        "suite=affine",
+        "budget=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"data.root={mnist_root}",
+        "data.download=false",
+        f"tracking.uri={uri}",
+        "device=cpu",
+    ]
     out = tmp_path / "out" / "affine"
     rows = run_records(args, out)
     models = {"capsnet", "cnn_sabour", "cnn_9x9"}
     assert {r["model"] for r in rows} == models
     affnist = [r for r in rows if r["metric"] == "affnist_accuracy"]
     [test_set] = {r["test_set"] for r in affnist}
-    assert test_set.startswith("affNIST-style sha256:"), "no real affNIST under the MNIST root: the generated set is used"
+    assert test_set.startswith("affNIST-style sha256:"), (
+        "no real affNIST under the MNIST root: the generated set is used"
+    )
     for model in models:
         sweeps = [r for r in rows if r["model"] == model and r["metric"] == "sweep_accuracy"]
         assert {r["transform"] for r in sweeps} == set(SWEEPS) and len(sweeps) == 12
@@ -37,18 +48,29 @@ def test_affine_smoke_end_to_end(tmp_path, mnist_root):
         assert 0.0 <= centred <= 100.0
     capsnet = next(float(r["value"]) for r in rows if r["model"] == "capsnet" and r["metric"] == "centred_accuracy")
     assert capsnet > 20.0, f"capsnet at {capsnet} % on centred digits has not learnt (chance is 10 %)"
-    for name in ("table.md", "table.tex", "table-affnist.csv", "table-sweeps-rotation.csv", "sweeps.png", "sweeps.pdf", "config.yaml"):
+    for name in (
+        "table.md",
+        "table.tex",
+        "table-affnist.csv",
+        "table-sweeps-rotation.csv",
+        "sweeps.png",
+        "sweeps.pdf",
+        "config.yaml",
+    ):
         assert (out / name).stat().st_size > 0
 
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     digest = test_set.split(":")[1]  # metric names carry the test set, e.g. affnist_accuracy.affNIST-style sha256_<hex>
-    assert len(children) == 3 and all(any(k.startswith("affnist_accuracy.") and digest in k for k in r.data.metrics)
-                                      for r in children)
+    assert len(children) == 3 and all(
+        any(k.startswith("affnist_accuracy.") and digest in k for k in r.data.metrics) for r in children
+    )
     assert all(r.data.params["checkpoint.cached"] == "False" for r in children)
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-    assert parent.data.params["params.generator_seed"] == "0" and parent.data.params["params.max_rotation_deg"] == "20.0"
+    assert (
+        parent.data.params["params.generator_seed"] == "0" and parent.data.params["params.max_rotation_deg"] == "20.0"
+    )
 
     # The generated set, built again from scratch, has the same content hash; checkpoints come from the cache.
     shutil.rmtree(tmp_path / "out" / "checkpoints" / "affnist_style")

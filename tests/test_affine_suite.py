@@ -1,4 +1,5 @@
-"""The affine suite: the expanded-MNIST protocol, stop-at-target training, and sweeps whose zero point is centred accuracy."""
+"""The affine suite: the expanded-MNIST protocol, stop-at-target training, and sweeps whose zero point is centred
+accuracy."""
 
 import pytest
 import torch
@@ -19,15 +20,26 @@ def test_canvas_protocol_trains_on_random_placements_and_evaluates_centred():
     x = torch.rand(16, 1, 28, 28)
     assert protocol.input_size(28) == 40 and protocol.identity() == {"protocol": "canvas", "canvas": 40}
     batch = protocol.train_batch(x, torch.arange(16), torch.Generator().manual_seed(0))
-    assert batch.inputs.shape == (16, 1, 40, 40) and torch.allclose(batch.inputs.sum(dim=(1, 2, 3)), x.sum(dim=(1, 2, 3)))
+    assert batch.inputs.shape == (16, 1, 40, 40) and torch.allclose(
+        batch.inputs.sum(dim=(1, 2, 3)), x.sum(dim=(1, 2, 3))
+    )
     assert not torch.equal(batch.inputs, protocol.eval_inputs(x))
     assert torch.equal(protocol.eval_inputs(x)[:, :, 6:34, 6:34], x)
 
 
 @pytest.fixture
 def affine_cfg(tmp_path):
-    return compose(["suite=affine", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu",
-                    "train.epochs=3", "models=[cnn_9x9]"])
+    return compose(
+        [
+            "suite=affine",
+            "budget=smoke",
+            f"output_dir={tmp_path}",
+            "tracking.enabled=false",
+            "device=cpu",
+            "train.epochs=3",
+            "models=[cnn_9x9]",
+        ]
+    )
 
 
 def test_training_stops_at_the_target_validation_accuracy(affine_cfg, tiny_splits):
@@ -65,10 +77,21 @@ def test_sweep_at_identity_equals_centred_accuracy_and_records_name_the_test_set
     protocol = suite.protocol(affine_cfg)
     affine_cfg.params.sweep_images = None  # the sweep uses the same images as the centred accuracy
     torch.manual_seed(0)
-    model = create_model("capsnet", image_size=40, conv_channels=8, primary_types=2, class_dim=4, decoder_hidden=[]).eval()
+    model = create_model(
+        "capsnet", image_size=40, conv_channels=8, primary_types=2, class_dim=4, decoder_hidden=[]
+    ).eval()
     test = AffineTestSet(protocol.eval_inputs(splits.test_x), splits.test_y, "affNIST-style sha256:0123")
-    ctx = Context(model=model, model_name="capsnet", splits=splits, params=affine_cfg.params, device="cpu", batch_size=16,
-                  seed=0, protocol=protocol, resources=test)
+    ctx = Context(
+        model=model,
+        model_name="capsnet",
+        splits=splits,
+        params=affine_cfg.params,
+        device="cpu",
+        batch_size=16,
+        seed=0,
+        protocol=protocol,
+        resources=test,
+    )
     records = suite.measure(ctx)
     centred = next(r["value"] for r in records if r["metric"] == "centred_accuracy")
     affnist = next(r for r in records if r["metric"] == "affnist_accuracy")

@@ -1,4 +1,5 @@
-"""benchmarks/attack_speed.py compares speed, not results: its plain PGD loop breaks exactly the images capsbench's breaks."""
+"""benchmarks/attack_speed.py compares speed, not results: its plain PGD loop breaks exactly the images capsbench's
+breaks."""
 
 import importlib.util
 from pathlib import Path

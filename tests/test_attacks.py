@@ -16,7 +16,9 @@ from capsbench.errors import CapsbenchError
 from capsbench.models import LogitsAdapter
 from capsbench.models.capsules import LOG_EPS
 
-SETTINGS = AttackSettings(steps=10, step_ratio=2.5, restarts=1, square_queries=50, num_classes=10, seed=0, batch_size=40)
+SETTINGS = AttackSettings(
+    steps=10, step_ratio=2.5, restarts=1, square_queries=50, num_classes=10, seed=0, batch_size=40
+)
 GRADIENT = ("fgsm", "pgd", "pgd_adaptive", "vote")
 
 
@@ -60,7 +62,9 @@ def test_adapter_preserves_the_classifier_decision(name):
     assert logits.shape == (16, 10)
     assert torch.equal(logits.argmax(1), decisions(model, x))
     out = model(x)
-    scores_are_lengths = out.poses is not None and out.poses.dim() == 3 and torch.allclose(out.poses.norm(dim=-1), out.scores)
+    scores_are_lengths = (
+        out.poses is not None and out.poses.dim() == 3 and torch.allclose(out.poses.norm(dim=-1), out.scores)
+    )
     if scores_are_lengths:  # log-normalised lengths log(l / sum l), with an epsilon, never raw lengths
         lengths = out.scores
         expected = torch.log(lengths + LOG_EPS) - torch.log(lengths.sum(1, keepdim=True) + LOG_EPS)
@@ -154,7 +158,10 @@ def test_autoattack_is_the_standard_version_with_a_fixed_seed():
     aa = ATTACKS.get("autoattack").build(LogitsAdapter(tiny_model()), 0.3, SETTINGS)
     apgd, apgdt, fab, square = aa.attacks
     assert (type(apgd), type(apgdt), type(fab), type(square)) == (
-        torchattacks.APGD, torchattacks.APGDT, torchattacks.FAB, torchattacks.Square
+        torchattacks.APGD,
+        torchattacks.APGDT,
+        torchattacks.FAB,
+        torchattacks.Square,
     )
     assert apgd.steps == apgdt.steps == fab.steps == 100 and square.n_queries == 5000
     assert apgd.loss == "ce" and fab.multi_targeted and apgdt.n_target_classes == fab.n_target_classes == 9

@@ -23,7 +23,10 @@ BAD = [
     (ACC + ["data.val_size=0"], r"data\.val_size must be an integer >= 1"),
     (ACC + ["data.max_shift=-1"], r"data\.max_shift must be an integer >= 0"),
     (ACC + ["model_train.capsnet.epochs=0"], r"model_train\.capsnet\.epochs must be an integer >= 1"),
-    (ROB + ["params.eps=[0.1]"], r"params\.eps maps dataset -> a list of numbers.*e\.g\. params\.eps\.mnist=\[0,0\.1\]"),
+    (
+        ROB + ["params.eps=[0.1]"],
+        r"params\.eps maps dataset -> a list of numbers.*e\.g\. params\.eps\.mnist=\[0,0\.1\]",
+    ),
     (ROB + ["params.eps=[-0.1]"], r"params\.eps maps dataset -> a list of numbers, got the list \[-0\.1\]"),
     (ROB + ["params.eps=[2]"], r"params\.eps maps dataset -> a list of numbers, got the list \[2\]"),
     (ROB + ["params.blackbox_eps=0.1"], r"params\.blackbox_eps maps dataset -> a number.*blackbox_eps\.mnist=0\.1"),
@@ -37,7 +40,10 @@ BAD = [
     (ACC + ["seeds=[0,1"], r"cannot read seeds=\[0,1.*lists are written \[a,b\]"),
     (ACC + ["models=capsnet"], r"models takes a list of names, got 'capsnet'; e\.g\. models=\[capsnet\]"),
     (ACC + ["device=gpu"], r"device must be one of auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
-    (ACC + ["data.root={tmp}/nowhere/data"], r"data\.root=\S+/nowhere/data does not exist; point data\.root=DIR or CAPSBENCH_DATA"),
+    (
+        ACC + ["data.root={tmp}/nowhere/data"],
+        r"data\.root=\S+/nowhere/data does not exist; point data\.root=DIR or CAPSBENCH_DATA",
+    ),
     (["train", "model=capsnet", "train.epochs=-1"], r"train\.epochs must be an integer >= 1, got -1"),
     (["show-config", "suite=robustness", "params.eps=[0.1]"], r"params\.eps maps dataset"),
 ]

@@ -9,7 +9,10 @@ from capsbench.reporting.baselines import Published, load_baselines, load_file, 
 def test_shipped_baselines_validate_and_carry_sources():
     entries = load_baselines()
     assert {e.source.split(".")[0] for e in entries} >= {"S", "G", "V"}  # Sabour, Hinton, Mazzia citations
-    by_key = {(e.suite, e.dataset, e.model, e.metric, tuple(sorted((k, str(v)) for k, v in e.model_args.items()))): e for e in entries}
+    by_key = {
+        (e.suite, e.dataset, e.model, e.metric, tuple(sorted((k, str(v)) for k, v in e.model_args.items()))): e
+        for e in entries
+    }
     sabour_r3 = by_key[("accuracy", "mnist", "capsnet", "test_error", (("routing_iterations", "3"),))]
     assert (sabour_r3.value, sabour_r3.std, sabour_r3.where) == (0.25, 0.005, "Table 1")
     assert "arXiv:1710.09829" in sabour_r3.footnote
@@ -26,24 +29,45 @@ def test_shipped_baselines_validate_and_carry_sources():
     assert all(e.where and e.protocol for e in entries)
 
 
-GOOD_ENTRY = "{suite: accuracy, dataset: mnist, model: capsnet, metric: test_error, value: 0.25, where: Table 1, protocol: p}"
+GOOD_ENTRY = (
+    "{suite: accuracy, dataset: mnist, model: capsnet, metric: test_error, value: 0.25, where: Table 1, protocol: p}"
+)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("results: []", "exactly the keys 'source' and 'results'"),
-    (f"source: {{citation: c}}\nresults: [{GOOD_ENTRY}]", "'source' lacks the required key 'id'"),
-    ("source: {id: x, citation: c}\nresults: []", "'results' must be a non-empty list"),
-    (f"source: {{id: x, citation: c, year: 2017}}\nresults: [{GOOD_ENTRY}]", "unknown key 'source.year'"),
-    ("source: {id: x, citation: c}\nresults: [{suite: accuracy, dataset: mnist, model: capsnet, metric: test_error, "
-     "value: '0.25', where: T1, protocol: p}]", "'results[0].value' must be int or float, got '0.25'"),
-    ("source: {id: x, citation: c}\nresults: [{suite: accuracy, dataset: mnist, model: capsnet, metric: test_error, "
-     "where: T1, protocol: p}]", "'results[0]' lacks the required key 'value'"),
-    ("source: {id: x, citation: c}\nresults: [{suite: accuracy, dataset: mnist, model: capsnet, metric: test_eror, "
-     "value: 0.25, where: T1, protocol: p}]", "'results[0].metric' = 'test_eror' is not a metric of suite 'accuracy'"),
-    (f"source: {{id: x, citation: c}}\nresults: [{GOOD_ENTRY}, {{suite: accuracy, dataset: mnist, model: capsnet, "
-     "metric: test_error, value: 0.3, std: -1, where: T1, protocol: p}]", "'results[1].std' must be >= 0"),
-    ("source: {id: x, citation: c\nresults: [", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("results: []", "exactly the keys 'source' and 'results'"),
+        (f"source: {{citation: c}}\nresults: [{GOOD_ENTRY}]", "'source' lacks the required key 'id'"),
+        ("source: {id: x, citation: c}\nresults: []", "'results' must be a non-empty list"),
+        (f"source: {{id: x, citation: c, year: 2017}}\nresults: [{GOOD_ENTRY}]", "unknown key 'source.year'"),
+        (
+            "source: {id: x, citation: c}\nresults: "
+            "[{suite: accuracy, dataset: mnist, model: capsnet, metric: test_error, "
+            "value: '0.25', where: T1, protocol: p}]",
+            "'results[0].value' must be int or float, got '0.25'",
+        ),
+        (
+            "source: {id: x, citation: c}\nresults: "
+            "[{suite: accuracy, dataset: mnist, model: capsnet, metric: test_error, "
+            "where: T1, protocol: p}]",
+            "'results[0]' lacks the required key 'value'",
+        ),
+        (
+            "source: {id: x, citation: c}\nresults: "
+            "[{suite: accuracy, dataset: mnist, model: capsnet, metric: test_eror, "
+            "value: 0.25, where: T1, protocol: p}]",
+            "'results[0].metric' = 'test_eror' is not a metric of suite 'accuracy'",
+        ),
+        (
+            f"source: {{id: x, citation: c}}\nresults: [{GOOD_ENTRY}, "
+            f"{{suite: accuracy, dataset: mnist, model: capsnet, "
+            "metric: test_error, value: 0.3, std: -1, where: T1, protocol: p}]",
+            "'results[1].std' must be >= 0",
+        ),
+        ("source: {id: x, citation: c\nresults: [", "not valid YAML"),
+    ],
+)
 def test_bad_file_error_names_file_key_and_expectation(tmp_path, text, expected):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -58,12 +82,25 @@ def test_empty_directory_is_an_error(tmp_path):
 
 
 def _pub(value, **model_args):
-    return Published(source="S", suite="accuracy", dataset="mnist", model="capsnet", metric="test_error",
-                     value=value, where="Table 1", protocol="p", model_args=model_args)
+    return Published(
+        source="S",
+        suite="accuracy",
+        dataset="mnist",
+        model="capsnet",
+        metric="test_error",
+        value=value,
+        where="Table 1",
+        protocol="p",
+        model_args=model_args,
+    )
 
 
 def test_matching_needs_equal_model_args_and_prefers_the_most_specific():
-    entries = [_pub(0.25, routing_iterations=3), _pub(0.35, routing_iterations=3, decoder_hidden=[]), _pub(0.29, routing_iterations=1)]
+    entries = [
+        _pub(0.25, routing_iterations=3),
+        _pub(0.35, routing_iterations=3, decoder_hidden=[]),
+        _pub(0.29, routing_iterations=1),
+    ]
     with_decoder = {"capsnet": {"routing_iterations": "3", "decoder_hidden": "[64, 128]"}}
     without = {"capsnet": {"routing_iterations": "3", "decoder_hidden": "[]"}}
     r1 = {"capsnet": {"routing_iterations": "1", "decoder_hidden": "[]"}}

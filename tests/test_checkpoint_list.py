@@ -32,13 +32,17 @@ def test_list_text_and_json_without_torch(cache, tmp_path, cli_probe):
     text = cli_probe(["list", "checkpoints", f"cache_dir={directory}"], cwd=tmp_path)
     assert text.code == 0 and text.heavy == []
     header, *lines = text.stdout.strip().splitlines()
-    assert header.split()[:4] == ["key", "model", "dataset", "seed"] and len(lines) == 2  # the resume file is not listed
+    assert (
+        header.split()[:4] == ["key", "model", "dataset", "seed"] and len(lines) == 2
+    )  # the resume file is not listed
     by_key = {line.split()[0]: line.split() for line in lines}  # rows are ordered by creation time, then key
     for t in trained:
         cols = by_key[t.key]
         source = t.meta["identity"]["source"]["hash"][:10]
         assert cols[:4] == [t.key, "cnn_9x9", "synthetic", str(t.meta["identity"]["seed"])] and source in cols
-    rows = json.loads(cli_probe(["list", "checkpoints", f"cache_dir={directory}", "--format", "json"], cwd=tmp_path).stdout)
+    rows = json.loads(
+        cli_probe(["list", "checkpoints", f"cache_dir={directory}", "--format", "json"], cwd=tmp_path).stdout
+    )
     assert sorted(r["key"] for r in rows) == sorted(t.key for t in trained)
     row = next(r for r in rows if r["key"] == trained[0].key)
     assert row["best_val_accuracy"] == pytest.approx(100 * trained[0].meta["best_val_accuracy"])

@@ -53,10 +53,14 @@ def test_error_metric_direction_is_lower_is_better():
 
 
 def test_welch_across_seeds_without_outcomes():
-    apart = seeds("capsnet", "test_accuracy", [99.3, 99.4, 99.35]) + seeds("cnn_sabour", "test_accuracy", [99.0, 99.05, 98.95])
+    apart = seeds("capsnet", "test_accuracy", [99.3, 99.4, 99.35]) + seeds(
+        "cnn_sabour", "test_accuracy", [99.0, 99.05, 98.95]
+    )
     assert judge(claim(), run(apart)).verdict == SUPPORTED
     assert judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")), run(apart)).verdict == REFUTED
-    noisy = seeds("capsnet", "test_accuracy", [99.3, 98.9, 99.6]) + seeds("cnn_sabour", "test_accuracy", [99.2, 99.4, 98.9])
+    noisy = seeds("capsnet", "test_accuracy", [99.3, 98.9, 99.6]) + seeds(
+        "cnn_sabour", "test_accuracy", [99.2, 99.4, 98.9]
+    )
     assert judge(claim(), run(noisy)).verdict == UNRESOLVED
     single = seeds("capsnet", "test_accuracy", [99.3]) + seeds("cnn_sabour", "test_accuracy", [99.0])
     one = judge(claim(), run(single))
@@ -64,18 +68,35 @@ def test_welch_across_seeds_without_outcomes():
 
 
 def test_ratio_claim_on_latency_tests_the_factor():
-    speed = claim("latency", "efficiency", better=Side("cnn_sabour"), worse=Side("capsnet"), sweep={"batch": 1}, ratio=10)
+    speed = claim(
+        "latency", "efficiency", better=Side("cnn_sabour"), worse=Side("capsnet"), sweep={"batch": 1}, ratio=10
+    )
     cnn = seeds("cnn_sabour", "latency", [1.0, 1.1, 0.9], "efficiency", batch=1)
-    assert judge(speed, run(cnn + seeds("capsnet", "latency", [20, 21, 19], "efficiency", batch=1), "efficiency")).verdict == SUPPORTED
-    assert judge(speed, run(cnn + seeds("capsnet", "latency", [5, 5.2, 4.8], "efficiency", batch=1), "efficiency")).verdict == REFUTED
-    assert judge(speed, run(cnn + seeds("capsnet", "latency", [3, 30, 8], "efficiency", batch=1), "efficiency")).verdict == UNRESOLVED
+    assert (
+        judge(speed, run(cnn + seeds("capsnet", "latency", [20, 21, 19], "efficiency", batch=1), "efficiency")).verdict
+        == SUPPORTED
+    )
+    assert (
+        judge(speed, run(cnn + seeds("capsnet", "latency", [5, 5.2, 4.8], "efficiency", batch=1), "efficiency")).verdict
+        == REFUTED
+    )
+    assert (
+        judge(speed, run(cnn + seeds("capsnet", "latency", [3, 30, 8], "efficiency", batch=1), "efficiency")).verdict
+        == UNRESOLVED
+    )
 
 
 def test_exact_counts_need_no_seeds():
-    fewer = claim("params", "efficiency", better=Side("effcapsnet"), worse=Side("capsnet"), sweep={"part": "total"}, ratio=10)
-    records = seeds("effcapsnet", "params", [0.16], "efficiency", part="total") + seeds("capsnet", "params", [6.8], "efficiency", part="total")
+    fewer = claim(
+        "params", "efficiency", better=Side("effcapsnet"), worse=Side("capsnet"), sweep={"part": "total"}, ratio=10
+    )
+    records = seeds("effcapsnet", "params", [0.16], "efficiency", part="total") + seeds(
+        "capsnet", "params", [6.8], "efficiency", part="total"
+    )
     assert judge(fewer, run(records, "efficiency")).verdict == SUPPORTED
-    close = seeds("effcapsnet", "params", [1.0], "efficiency", part="total") + seeds("capsnet", "params", [6.8], "efficiency", part="total")
+    close = seeds("effcapsnet", "params", [1.0], "efficiency", part="total") + seeds(
+        "capsnet", "params", [6.8], "efficiency", part="total"
+    )
     assert judge(fewer, run(close, "efficiency")).verdict == REFUTED  # 6.8x < 10x, and counts are exact
 
 
@@ -93,8 +114,10 @@ def test_no_records_says_what_is_missing():
 
 def test_a_side_trained_otherwise_is_read_from_its_own_rows():
     """An adversarially trained model's rows stand for a `training: pgd` side and never for the standard model."""
-    records = [*paired(9900, 9950), {**fixtures.acc("accuracy", "cnn_sabour", "test_accuracy", 9990, 10000),
-                                      "training": "pgd"}]
+    records = [
+        *paired(9900, 9950),
+        {**fixtures.acc("accuracy", "cnn_sabour", "test_accuracy", 9990, 10000), "training": "pgd"},
+    ]
     trained = judge(claim(better=Side("cnn_sabour", training="pgd"), worse=Side("capsnet")), run(records))
     assert trained.verdict == SUPPORTED and trained.better.mean == pytest.approx(99.9)
     standard = judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")), run(records))
@@ -104,16 +127,21 @@ def test_a_side_trained_otherwise_is_read_from_its_own_rows():
 def test_a_side_may_read_another_metric_of_the_same_direction(tmp_path: Path):
     """The detection claim: a defended model's `correct_or_detected` against its undefended robust accuracy."""
     sweep = {"attack": "worst_case", "eps": 0.1}
-    records = [fixtures.acc("robustness", "capsnet", "robust_accuracy", 300, 1000, **sweep),
-               fixtures.acc("robustness", "capsnet", "correct_or_detected", 700, 1000, **sweep)]
-    c = claim("robust_accuracy", "robustness", Side("capsnet", metric="correct_or_detected"), Side("capsnet"),
-              sweep=sweep)
+    records = [
+        fixtures.acc("robustness", "capsnet", "robust_accuracy", 300, 1000, **sweep),
+        fixtures.acc("robustness", "capsnet", "correct_or_detected", 700, 1000, **sweep),
+    ]
+    c = claim(
+        "robust_accuracy", "robustness", Side("capsnet", metric="correct_or_detected"), Side("capsnet"), sweep=sweep
+    )
     j = judge(c, run(records, "robustness"))
     assert j.verdict == SUPPORTED and (j.better.mean, j.worse.mean) == (70.0, 30.0)
     path = tmp_path / "bad.yaml"
-    path.write_text("source: {id: x, citation: X}\nclaims:\n  - {id: a, statement: s, where: w, suite: robustness, "
-                    "dataset: mnist, metric: robust_accuracy, better: {model: capsnet, metric: detection_false_positive_rate}, "
-                    "worse: {model: capsnet}}\n")
+    path.write_text(
+        "source: {id: x, citation: X}\nclaims:\n  - {id: a, statement: s, where: w, suite: robustness, "
+        "dataset: mnist, metric: robust_accuracy, better: {model: capsnet, metric: detection_false_positive_rate}, "
+        "worse: {model: capsnet}}\n"
+    )
     with pytest.raises(CapsbenchError, match=r"'claims\[0\].better.metric' = 'detection_false_positive_rate' must be"):
         load_claims_file(path)
 
@@ -133,15 +161,30 @@ def test_rows_show_published_and_measured_numbers():
 
 def test_shipped_claims_cover_the_issue():
     ids = {c.id for c in load_claims()}
-    assert {"sabour2017-mnist-r3", "sabour2017-affnist", "hinton2018-smallnorb", "overview-mnist-r1",
-            "overview-affnist-augmented", "overview-smallnorb-em", "overview-cifar10-resnet56",
-            "overview-cifar10-resnet110", "overview-fgsm-capsnet", "overview-pgd-capsnet", "overview-fgsm-adversarial",
-            "overview-pgd-adversarial", "overview-speed", "mazzia2021-params", "overview-reconstruction-detection"} <= ids
+    assert {
+        "sabour2017-mnist-r3",
+        "sabour2017-affnist",
+        "hinton2018-smallnorb",
+        "overview-mnist-r1",
+        "overview-affnist-augmented",
+        "overview-smallnorb-em",
+        "overview-cifar10-resnet56",
+        "overview-cifar10-resnet110",
+        "overview-fgsm-capsnet",
+        "overview-pgd-capsnet",
+        "overview-fgsm-adversarial",
+        "overview-pgd-adversarial",
+        "overview-speed",
+        "mazzia2021-params",
+        "overview-reconstruction-detection",
+    } <= ids
 
 
 def test_a_malformed_claim_names_file_and_key(tmp_path: Path):
     path = tmp_path / "bad.yaml"
-    path.write_text("source: {id: x, citation: X}\nclaims:\n  - {id: a, statement: s, where: w, suite: accuracy, "
-                    "dataset: mnist, metric: test_acc, better: {model: capsnet}, worse: {model: cnn_sabour}}\n")
+    path.write_text(
+        "source: {id: x, citation: X}\nclaims:\n  - {id: a, statement: s, where: w, suite: accuracy, "
+        "dataset: mnist, metric: test_acc, better: {model: capsnet}, worse: {model: cnn_sabour}}\n"
+    )
     with pytest.raises(CapsbenchError, match=r"bad.yaml: 'claims\[0\].metric' = 'test_acc' is not a metric"):
         load_claims_file(path)

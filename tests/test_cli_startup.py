@@ -47,7 +47,9 @@ def test_list_json_matches_the_registries(tmp_path, cli_probe):
 
 
 def test_show_config_json_is_the_composed_config(tmp_path, cli_probe):
-    probe = cli_probe(["show-config", "suite=accuracy", "budget=smoke", "seeds=[1,2]", "--format", "json"], cwd=tmp_path)
+    probe = cli_probe(
+        ["show-config", "suite=accuracy", "budget=smoke", "seeds=[1,2]", "--format", "json"], cwd=tmp_path
+    )
     cfg = json.loads(probe.stdout)
     assert cfg["seeds"] == [1, 2] and cfg["data"]["train_subset"] == 3000 and cfg["device"] == "auto"
 

@@ -22,12 +22,21 @@ def inv(run_id, day, *, budget="quick", version="0.1.0", params=None, model_args
 
 def recs(values):
     """{(model, seed): accuracy} -> a records frame like records.csv."""
-    return pd.DataFrame([{"suite": "accuracy", "model": m, "dataset": "mnist", "seed": s, "metric": "test_accuracy", "value": v}
-                         for (m, s), v in values.items()])
+    return pd.DataFrame(
+        [
+            {"suite": "accuracy", "model": m, "dataset": "mnist", "seed": s, "metric": "test_accuracy", "value": v}
+            for (m, s), v in values.items()
+        ]
+    )
 
 
 def test_filters_select_by_suite_budget_dates_and_models():
-    runs = [inv("a", 1), inv("b", 2, budget="smoke"), inv("c", 3, suite="robustness"), inv("d", 4, model_args={"cnn_9x9": {}})]
+    runs = [
+        inv("a", 1),
+        inv("b", 2, budget="smoke"),
+        inv("c", 3, suite="robustness"),
+        inv("d", 4, model_args={"cnn_9x9": {}}),
+    ]
     assert [i.run_id for i in select(runs, Selection(suite="accuracy"))] == ["a", "b", "d"]
     assert [i.run_id for i in select(runs, Selection(budget="quick"))] == ["a", "c", "d"]
     since, until = parse_when("2026-11-02", "since"), parse_when("2026-11-03T23:00", "until")
@@ -37,12 +46,15 @@ def test_filters_select_by_suite_budget_dates_and_models():
         parse_when("yesterday", "since")
 
 
-@pytest.mark.parametrize("other, message", [
-    (inv("b", 2, budget="smoke"), "runs of budgets quick, smoke; they are never mixed"),
-    (inv("b", 2, version="0.2.0"), "runs of versions 0.1.0, 0.2.0; they are never mixed"),
-    (inv("b", 2, params={"train.epochs": "5"}), "different settings (train.epochs)"),
-    (inv("b", 2, model_args={"capsnet": {"routing_iterations": "1"}}), "model_args.capsnet.routing_iterations"),
-])
+@pytest.mark.parametrize(
+    "other, message",
+    [
+        (inv("b", 2, budget="smoke"), "runs of budgets quick, smoke; they are never mixed"),
+        (inv("b", 2, version="0.2.0"), "runs of versions 0.1.0, 0.2.0; they are never mixed"),
+        (inv("b", 2, params={"train.epochs": "5"}), "different settings (train.epochs)"),
+        (inv("b", 2, model_args={"capsnet": {"routing_iterations": "1"}}), "model_args.capsnet.routing_iterations"),
+    ],
+)
 def test_runs_that_differ_are_never_silently_mixed(other, message):
     with pytest.raises(CapsbenchError) as err:
         check_comparable([inv("a", 1), other])
@@ -52,8 +64,10 @@ def test_runs_that_differ_are_never_silently_mixed(other, message):
 def test_where_and_which_seeds_may_differ():
     check_comparable([inv("a", 1), inv("b", 2, params={"seeds": "[2, 3]", "output_dir": "/elsewhere"})])
     # a model left out by models= is not compared
-    check_comparable([inv("a", 1), inv("b", 2, model_args={"capsnet": {"routing_iterations": "1"}, **{"cnn_9x9": ARGS["cnn_9x9"]}})],
-                     models=("cnn_9x9",))
+    check_comparable(
+        [inv("a", 1), inv("b", 2, model_args={"capsnet": {"routing_iterations": "1"}, **{"cnn_9x9": ARGS["cnn_9x9"]}})],
+        models=("cnn_9x9",),
+    )
 
 
 def test_two_invocations_aggregate_over_distinct_seeds():
@@ -95,14 +109,27 @@ def test_a_model_trained_otherwise_joins_the_standard_runs_as_rows_of_its_own():
     second = recs({("capsnet", 0): 95.0}).assign(training="pgd")
     frame = combine([standard, trained], {"a": first, "b": second}, None)
     assert sorted(zip(frame["model"], frame["training"].fillna(""), frame["value"])) == [
-        ("capsnet", "", 99.0), ("capsnet", "pgd", 95.0), ("cnn_9x9", "", 97.0)]
+        ("capsnet", "", 99.0),
+        ("capsnet", "pgd", 95.0),
+        ("cnn_9x9", "", 97.0),
+    ]
 
 
 def test_datasets_become_rows_and_model_args_compare_within_a_dataset():
     fashion = {"capsnet": {"routing_iterations": "3", "in_channels": "1", "image_size": "28"}}
-    check_comparable([inv("a", 1), inv("b", 2, params={"dataset": "fashion_mnist"}, model_args=fashion),
-                      inv("c", 3, params={"dataset": "fashion_mnist"}, model_args=fashion)])
+    check_comparable(
+        [
+            inv("a", 1),
+            inv("b", 2, params={"dataset": "fashion_mnist"}, model_args=fashion),
+            inv("c", 3, params={"dataset": "fashion_mnist"}, model_args=fashion),
+        ]
+    )
     changed = {"capsnet": {**fashion["capsnet"], "routing_iterations": "1"}}
     with pytest.raises(CapsbenchError, match=r"runs b and c .*model_args.capsnet.routing_iterations"):
-        check_comparable([inv("a", 1), inv("b", 2, params={"dataset": "fashion_mnist"}, model_args=fashion),
-                          inv("c", 3, params={"dataset": "fashion_mnist"}, model_args=changed)])
+        check_comparable(
+            [
+                inv("a", 1),
+                inv("b", 2, params={"dataset": "fashion_mnist"}, model_args=fashion),
+                inv("c", 3, params={"dataset": "fashion_mnist"}, model_args=changed),
+            ]
+        )

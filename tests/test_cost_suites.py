@@ -1,4 +1,4 @@
-"""The efficiency and routing suites through the runner on synthetic data: fresh models without training,
+"""The efficiency and routing suites through the driver on synthetic data: fresh models without training,
 variants expanded into record columns, parameters validated before anything runs."""
 
 import pandas as pd

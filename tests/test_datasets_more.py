@@ -42,7 +42,9 @@ def test_cifar10_reads_python_pickles(tmp_path):
         data = np.zeros((2, 3072), dtype=np.uint8)
         data[0, 1024 + 5] = 200 + i  # green plane, row 0, column 5 of the first image
         with open(folder / name, "wb") as fh:
-            pickle.dump({"batch_label": name, "data": data, "labels": [i, 9 - i], "filenames": ["a", "b"]}, fh, protocol=2)
+            pickle.dump(
+                {"batch_label": name, "data": data, "labels": [i, 9 - i], "filenames": ["a", "b"]}, fh, protocol=2
+            )
     train_x, train_y, test_x, test_y = DATASETS.get("cifar10").load(tmp_path, False)
     assert train_x.shape == (10, 3, 32, 32) and test_x.shape == (2, 3, 32, 32)
     assert train_y.tolist() == [0, 9, 1, 8, 2, 7, 3, 6, 4, 5] and test_y.tolist() == [5, 4]

@@ -34,7 +34,10 @@ def test_false_positive_rate_holds_on_held_out_clean_images():
     splits = make_splits(n_train=1, n_val=1000, n_test=4000)
     detector = fit_detector(model, splits.val_x, fpr=0.05, batch_size=500)
     held_out = detector.flags(model, splits.test_x, batch_size=500).float().mean().item()
-    assert detector.n == 1000 and (distances(model, splits.val_x, batch_size=500) > detector.threshold).float().mean() <= 0.05
+    assert (
+        detector.n == 1000
+        and (distances(model, splits.val_x, batch_size=500) > detector.threshold).float().mean() <= 0.05
+    )
     assert 0.028 <= held_out <= 0.072, held_out
 
 
@@ -56,7 +59,9 @@ def test_a_rejected_decision_never_counts_as_broken():
 def test_the_suite_reports_detection_for_decoder_models_and_skips_the_rest():
     torch.manual_seed(0)
     capsnet = create_model("capsnet", **tiny_args("capsnet")).eval()
-    records = measure(capsnet, pgd_steps=3, attacks=["fgsm", "pgd_adaptive"], detection_fpr=0.1, detection_val_images=32)
+    records = measure(
+        capsnet, pgd_steps=3, attacks=["fgsm", "pgd_adaptive"], detection_fpr=0.1, detection_val_images=32
+    )
     cod = {(r["attack"], r["eps"]): r["value"] for r in records if r["metric"] == "correct_or_detected"}
     assert set(cod) == {(a, e) for a in ("fgsm", "pgd_adaptive", "pgd_detect_aware", "worst_case") for e in (0.25, 0.5)}
     for (attack, eps), v in cod.items():

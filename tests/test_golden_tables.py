@@ -17,9 +17,12 @@ from capsbench.suites import CATALOG, SUITES
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {
-    "accuracy": (fixtures.accuracy, fixtures.accuracy_published), "affine": (fixtures.affine, list),
-    "efficiency": (fixtures.efficiency, fixtures.efficiency_published), "overlap": (fixtures.overlap, fixtures.overlap_published),
-    "robustness": (fixtures.robustness, list), "routing": (fixtures.routing, list),
+    "accuracy": (fixtures.accuracy, fixtures.accuracy_published),
+    "affine": (fixtures.affine, list),
+    "efficiency": (fixtures.efficiency, fixtures.efficiency_published),
+    "overlap": (fixtures.overlap, fixtures.overlap_published),
+    "robustness": (fixtures.robustness, list),
+    "routing": (fixtures.routing, list),
 }
 
 
@@ -44,4 +47,6 @@ def test_markdown_tables_match_the_golden_file(name):
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; write it with CAPSBENCH_UPDATE_GOLDEN=1 and review it"
-    assert text == path.read_text(), f"{name}'s tables changed; if intended, rerun with CAPSBENCH_UPDATE_GOLDEN=1 and review the diff"
+    assert text == path.read_text(), (
+        f"{name}'s tables changed; if intended, rerun with CAPSBENCH_UPDATE_GOLDEN=1 and review the diff"
+    )

@@ -19,8 +19,17 @@ def run_cli(args):
 @pytest.fixture
 def smoke_args(tmp_path, mnist_root):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return uri, ["run", "suite=accuracy", "budget=smoke", "models=[capsnet,cnn_sabour,cnn_9x9]", f"output_dir={tmp_path / 'out'}",
-                 f"data.root={mnist_root}", "data.download=false", f"tracking.uri={uri}", "device=cpu"]
+    return uri, [
+        "run",
+        "suite=accuracy",
+        "budget=smoke",
+        "models=[capsnet,cnn_sabour,cnn_9x9]",
+        f"output_dir={tmp_path / 'out'}",
+        f"data.root={mnist_root}",
+        "data.download=false",
+        f"tracking.uri={uri}",
+        "device=cpu",
+    ]
 
 
 @pytest.mark.slow
@@ -98,7 +107,10 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
     runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     assert parent.info.status == "KILLED"
-    assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]  # model 1's unit logged whole, model 2 cut before
+    assert sorted(r.info.status for r in runs) == [
+        "FINISHED",
+        "KILLED",
+    ]  # model 1's unit logged whole, model 2 cut before
 
     monkeypatch.setattr(execute, "obtain_model", real_obtain)
     run_cli(args)

@@ -27,9 +27,12 @@ SMOKE = Path(__file__).parent / "fixtures" / "smoke"  # records.csv of smoke run
 PREAMBLE = "\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\tracinglostchars=2\n"
 OVERFULL = re.compile(r"^Overfull \\[hv]box \(([0-9.]+)pt too (?:wide|high)\)", re.MULTILINE)
 HAND = {
-    "accuracy": (fixtures.accuracy, fixtures.accuracy_published), "affine": (fixtures.affine, list),
-    "efficiency": (fixtures.efficiency, fixtures.efficiency_published), "overlap": (fixtures.overlap, fixtures.overlap_published),
-    "robustness": (fixtures.robustness, list), "routing": (fixtures.routing, list),
+    "accuracy": (fixtures.accuracy, fixtures.accuracy_published),
+    "affine": (fixtures.affine, list),
+    "efficiency": (fixtures.efficiency, fixtures.efficiency_published),
+    "overlap": (fixtures.overlap, fixtures.overlap_published),
+    "robustness": (fixtures.robustness, list),
+    "routing": (fixtures.routing, list),
 }
 
 
@@ -40,7 +43,9 @@ def engine() -> list[str]:
     if shutil.which("pdflatex"):
         return ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"]
     if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must compile the LaTeX, but no TeX engine was found; install it with `{INSTALL}` (.ci/run does)")
+        pytest.fail(
+            f"CI must compile the LaTeX, but no TeX engine was found; install it with `{INSTALL}` (.ci/run does)"
+        )
     pytest.skip(f"no TeX engine: install one to run the LaTeX tests (Debian/Ubuntu: `{INSTALL}`, about a minute)")
 
 
@@ -99,15 +104,29 @@ def test_latex_report_of_every_suite_compiles_on_its_own(tmp_path):
     for name in sorted(HAND):
         _, records, published = suite_records(name)[1]
         output = write_suite(root / name, records, SUITES.get(name), published, notes=notes(name, records))
-        seeds = {m: sorted({int(r["seed"]) for r in records if r["model"] == m}) for m in dict.fromkeys(r["model"] for r in records)}
-        sections.append(Section(name, SUITES.get(name).description, output, "smoke", "0.1.0", ["mnist"],
-                                [Run("0123456789abcdef", when, "[0]")], seeds,
-                                {"train.epochs": "3", "params.eps.mnist": "[0.0, 0.05, 0.1]", "data.test_subset": "500"},
-                                {m: {"routing_iterations": "3", "decoder_hidden": "[64, 128]"} for m in seeds}))
+        seeds = {
+            m: sorted({int(r["seed"]) for r in records if r["model"] == m})
+            for m in dict.fromkeys(r["model"] for r in records)
+        }
+        sections.append(
+            Section(
+                name,
+                SUITES.get(name).description,
+                output,
+                "smoke",
+                "0.1.0",
+                ["mnist"],
+                [Run("0123456789abcdef", when, "[0]")],
+                seeds,
+                {"train.epochs": "3", "params.eps.mnist": "[0.0, 0.05, 0.1]", "data.test_subset": "500"},
+                {m: {"routing_iterations": "3", "decoder_hidden": "[64, 128]"} for m in seeds},
+            )
+        )
     assert all(s.output.figures for s in sections if s.suite in ("affine", "robustness", "routing"))
-    claims = verdicts.judge_all(load_claims(), {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget)
-                                                for s in sections})
-    store = "sqlite:////tmp/pytest-of-root/pytest-61/test_latex_of_the_report_comma0/tracked0/mlflow.db"  # long, as in CI
+    claims = verdicts.judge_all(
+        load_claims(), {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections}
+    )
+    store = "sqlite:////tmp/pytest-of-root/pytest-61/test_latex_of_the_report_comma0/tracked0/mlflow.db"
     doc = Document(when, f"{store} (experiment capsbench)", "budget=smoke", sections, claims=claims)
     source = render_latex(doc, root)
     compile_latex(source, root)

@@ -29,10 +29,14 @@ GRID = ["suite=[accuracy,robustness]", *SMOKE, "train.epochs=2", "models=[cnn_9x
 TIMING = {"attack_throughput"}  # images per second: the machine's load, not the launcher
 
 
-def rows(out: Path, suite: str, *, without: tuple[str, int] | None = None, seeds: tuple[int, ...] = (0, 1)) -> list[dict]:
+def rows(
+    out: Path, suite: str, *, without: tuple[str, int] | None = None, seeds: tuple[int, ...] = (0, 1)
+) -> list[dict]:
     """The suite's records but timings, without one (model, seed)."""
     records = [json.loads(line) for line in (out / suite / "records.jsonl").read_text().splitlines()]
-    return [r for r in records if r["metric"] not in TIMING and (r["model"], r["seed"]) != without and r["seed"] in seeds]
+    return [
+        r for r in records if r["metric"] not in TIMING and (r["model"], r["seed"]) != without and r["seed"] in seeds
+    ]
 
 
 def block_figure(out: Path, seed: int) -> None:
@@ -48,7 +52,8 @@ def test_units_sharing_a_checkpoint_are_grouped_across_suites(tmp_path):
     units = [u for cfg in cfgs for u in plan(cfg)]
     groups = remote.groups(units)
     assert sorted((g[0].model, g[0].seed, [u.suite for u in g]) for g in groups) == [
-        (m, s, ["accuracy", "robustness"]) for m in ("cnn_9x9", "cnn_sabour") for s in (0, 1)]
+        (m, s, ["accuracy", "robustness"]) for m in ("cnn_9x9", "cnn_sabour") for s in (0, 1)
+    ]
     shorter = plan(compose(["suite=accuracy", *SMOKE, "train.epochs=2", f"output_dir={tmp_path}"]))
     affine = plan(compose(["suite=affine", *SMOKE, f"output_dir={tmp_path}"]))
     efficiency = plan(compose(["suite=efficiency", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]"]))
@@ -57,8 +62,17 @@ def test_units_sharing_a_checkpoint_are_grouped_across_suites(tmp_path):
     assert [len(g) for g in mixed] == [1, 1, 1, 1]  # other epochs, another training protocol, nothing to train
 
 
-@pytest.mark.parametrize("setting", ["train.adversarial=pgd", "train.optimizer=sgd", "train.warmup_epochs=1",
-                                     "train.weight_decay=0.0001", "train.lr_milestones=[1]", "train.compile=true"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "train.adversarial=pgd",
+        "train.optimizer=sgd",
+        "train.warmup_epochs=1",
+        "train.weight_decay=0.0001",
+        "train.lr_milestones=[1]",
+        "train.compile=true",
+    ],
+)
 def test_units_trained_differently_are_never_grouped(tmp_path, setting):
     """training_group keys on the same train settings as the checkpoint key (training.train_settings_identity)."""
     standard = plan(compose(["suite=accuracy", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]"]))
@@ -96,8 +110,12 @@ def test_a_launcher_without_its_extra_is_refused_naming_it(tmp_path, monkeypatch
     from capsbench.cli import app
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("ray", "submitit") else real(name, *a))
-    result = CliRunner().invoke(app, ["run", "suite=accuracy", *SMOKE, f"output_dir={tmp_path}", f"launcher={launcher}"])
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("ray", "submitit") else real(name, *a)
+    )
+    result = CliRunner().invoke(
+        app, ["run", "suite=accuracy", *SMOKE, f"output_dir={tmp_path}", f"launcher={launcher}"]
+    )
     assert result.exit_code == 2
     assert f"needs the '{extra}' extra: pip install 'capsbench[{extra}]'" in result.output
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
@@ -151,9 +169,23 @@ def test_ray_grid_equals_local_despite_a_killed_worker_and_reports_a_failing_uni
     out = tmp_path / "ray"
     block_figure(out, seed=1)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    driver = subprocess.Popen([sys.executable, "-m", "capsbench.cli", "run", *GRID, f"output_dir={out}", "launcher=ray",
-                               "ray.num_cpus=2", "ray.max_retries=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env)
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "capsbench.cli",
+            "run",
+            *GRID,
+            f"output_dir={out}",
+            "launcher=ray",
+            "ray.num_cpus=2",
+            "ray.max_retries=2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     killed: list[int] = []
     killer = threading.Thread(target=_kill_first_unit_worker, args=(driver, killed))
     killer.start()
@@ -173,8 +205,9 @@ def test_ray_grid_equals_local_despite_a_killed_worker_and_reports_a_failing_uni
     assert all(p.info.status == "FINISHED" for p in parents.values())
     for name, parent in parents.items():
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-        assert sorted(c.info.run_name for c in children) == sorted(f"{m}-mnist-s{s}" for m in ("cnn_9x9", "cnn_sabour")
-                                                                   for s in (0, 1))
+        assert sorted(c.info.run_name for c in children) == sorted(
+            f"{m}-mnist-s{s}" for m in ("cnn_9x9", "cnn_sabour") for s in (0, 1)
+        )
         failed = [c.info.run_name for c in children if c.info.status == "FAILED"]
         assert failed == (["cnn_sabour-mnist-s1"] if name == "robustness-smoke" else [])
 
@@ -184,9 +217,21 @@ def test_submitit_local_jobs_equal_local_and_a_failing_job_is_resubmitted(tmp_pa
     pytest.importorskip("submitit")
     out = tmp_path / "slurm"
     block_figure(out, seed=0)
-    cfgs = compose_suites([*GRID, "seeds=[0]", f"output_dir={out}", "tracking.enabled=false", "launcher=slurm", "slurm.cluster=local",
-                           "slurm.gpus_per_unit=0", "slurm.cpus_per_unit=1", "slurm.array_parallelism=2",
-                           "slurm.max_retries=1", "slurm.time=30"])
+    cfgs = compose_suites(
+        [
+            *GRID,
+            "seeds=[0]",
+            f"output_dir={out}",
+            "tracking.enabled=false",
+            "launcher=slurm",
+            "slurm.cluster=local",
+            "slurm.gpus_per_unit=0",
+            "slurm.cpus_per_unit=1",
+            "slurm.array_parallelism=2",
+            "slurm.max_retries=1",
+            "slurm.time=30",
+        ]
+    )
     with caplog.at_level("WARNING", logger="capsbench.run.launchers.slurm_jobs"):
         accuracy, robustness = driver.run_suites(cfgs)
     assert rows(out, "accuracy") == rows(local_grid, "accuracy", seeds=(0,))
@@ -194,4 +239,6 @@ def test_submitit_local_jobs_equal_local_and_a_failing_job_is_resubmitted(tmp_pa
     assert [m.spec.name for m in robustness.missing] == ["robustness/cnn_sabour-mnist-s0"] and not accuracy.missing
     assert "IsADirectoryError" in robustness.missing[0].error
     resubmitted = [r.message for r in caplog.records if "resubmitting" in r.message]
-    assert len(resubmitted) == 1 and "robustness/cnn_sabour-mnist-s0" in resubmitted[0] and "try 2 of 2" in resubmitted[0]
+    assert (
+        len(resubmitted) == 1 and "robustness/cnn_sabour-mnist-s0" in resubmitted[0] and "try 2 of 2" in resubmitted[0]
+    )

@@ -43,7 +43,9 @@ def server(tracked_store, tmp_path):
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"mlflow server exited with {proc.returncode}: {(tmp_path / 'server.log').read_text()[-2000:]}")
+                pytest.fail(
+                    f"mlflow server exited with {proc.returncode}: {(tmp_path / 'server.log').read_text()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(base + "/health", timeout=5) as resp:
                     if resp.status == 200:
@@ -51,7 +53,10 @@ def server(tracked_store, tmp_path):
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server not ready after {READY_TIMEOUT_S} s: {(tmp_path / 'server.log').read_text()[-2000:]}")
+                pytest.fail(
+                    f"mlflow server not ready after {READY_TIMEOUT_S} s: "
+                    f"{(tmp_path / 'server.log').read_text()[-2000:]}"
+                )
             time.sleep(0.5)
         yield base
     finally:
@@ -66,7 +71,9 @@ def server(tracked_store, tmp_path):
 @pytest.mark.slow
 def test_ui_shows_parent_and_nested_runs_params_metrics_artifacts(server):
     exp = get(server, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=capsbench")["experiment"]
-    runs = get(server, "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 100})["runs"]
+    runs = get(server, "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 100})[
+        "runs"
+    ]
 
     def tags(run):
         return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
@@ -85,8 +92,12 @@ def test_ui_shows_parent_and_nested_runs_params_metrics_artifacts(server):
             metrics = {m["key"]: m["value"] for m in child["data"]["metrics"]}
             assert 0.0 <= metrics["test_accuracy"] <= 100.0
             assert metrics["test_error"] == pytest.approx(100.0 - metrics["test_accuracy"])
-            assert {"model", "seed", "checkpoint.key", "model_args.routing_iterations" if "capsnet" in child["info"]["run_name"]
-                    else "model_args.channels"} <= {p["key"] for p in child["data"]["params"]}
+            assert {
+                "model",
+                "seed",
+                "checkpoint.key",
+                "model_args.routing_iterations" if "capsnet" in child["info"]["run_name"] else "model_args.channels",
+            } <= {p["key"] for p in child["data"]["params"]}
         files = {f["path"] for f in get(server, f"/api/2.0/mlflow/artifacts/list?run_id={pid}").get("files", [])}
         assert {"records.csv", "table.md", "table.tex", "table-accuracy.csv", "config.yaml"} <= files
         table = get(server, f"/get-artifact?path=table.md&run_uuid={pid}").decode()

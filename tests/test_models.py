@@ -15,7 +15,13 @@ TINY = {
     "cnn_9x9": {"channels": (4, 4, 2), "fc": (8, 8)},
     "cnn_multimnist": {"channels": (4, 2), "fc": (8,)},
     "capsnet_em": {"a_channels": 4, "b_types": 2, "c_types": 2, "d_types": 2},
-    "effcapsnet": {"channels": (4, 4, 4, 8), "primary_caps": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
+    "effcapsnet": {
+        "channels": (4, 4, 4, 8),
+        "primary_caps": 2,
+        "primary_dim": 4,
+        "class_dim": 4,
+        "decoder_hidden": (16,),
+    },
     "srcapsnet": {"backbone_channels": (4, 4, 4), "caps_types": 2, "caps_dim": 4},
     "cnn_avgpool": {"backbone_channels": (4, 4, 4)},
     "resnet20": {"blocks": 1, "width": 4},
@@ -59,10 +65,12 @@ def test_multi_label_training_step_with_components(name):
     torch.manual_seed(0)
     model = create_model(name, **tiny_args(name), image_size=36)
     batch = MultiMNISTProtocol(cache_dir="unused").train_batch(
-        torch.rand(4, 1, 28, 28), torch.tensor([1, 2, 3, 4]), torch.Generator().manual_seed(0))
+        torch.rand(4, 1, 28, 28), torch.tensor([1, 2, 3, 4]), torch.Generator().manual_seed(0)
+    )
     out = model(batch.inputs, batch.targets)
-    loss = model.loss(out, batch.targets, batch.inputs,
-                      components=batch.components, component_labels=batch.component_labels)
+    loss = model.loss(
+        out, batch.targets, batch.inputs, components=batch.components, component_labels=batch.component_labels
+    )
     assert loss.dim() == 0 and torch.isfinite(loss)
     loss.backward()
     if getattr(model, "decoder", None) is not None:  # each digit is reconstructed: the loss exceeds the margin loss

@@ -94,7 +94,9 @@ def test_box_overlap_known_answers():
     # Independent shifts in [-4, 4] per digit and axis: the relative shift d has E|d| = (9^2 - 1) / (3 * 9) = 80/27,
     # so E[overlap] = (1 - E|d| / 20)^2 = 0.72565 for 20x20 boxes (Sabour et al. round this to "about 80 %").
     shifted = make_recipe(labels, pairs_per_digit=1, max_shift=4, seed=0)
-    assert box_overlap(nominal_boxes(100_000), shifted).mean().item() == pytest.approx((1 - 80 / 27 / 20) ** 2, abs=0.003)
+    assert box_overlap(nominal_boxes(100_000), shifted).mean().item() == pytest.approx(
+        (1 - 80 / 27 / 20) ** 2, abs=0.003
+    )
     two = PairRecipe(torch.tensor([0]), torch.tensor([1]), torch.tensor([[[0, 0], [0, 10]]]))
     assert box_overlap(nominal_boxes(2), two).item() == pytest.approx(0.5)  # half the box slides away
 
@@ -110,17 +112,21 @@ def test_real_mnist_box_overlap_matches_the_protocol(mnist_root):
     recipe = make_recipe(splits.test_y, pairs_per_digit=1, max_shift=4, seed=0)
     overlap = box_overlap(bounding_boxes(splits.test_x), recipe).mean().item()
     assert overlap == pytest.approx((1 - 80 / 27 / 20) ** 2, abs=0.03)  # tight boxes behave like the nominal 20x20
-    closer = box_overlap(bounding_boxes(splits.test_x), make_recipe(splits.test_y, pairs_per_digit=1, max_shift=2, seed=0))
+    closer = box_overlap(
+        bounding_boxes(splits.test_x), make_recipe(splits.test_y, pairs_per_digit=1, max_shift=2, seed=0)
+    )
     assert closer.mean().item() > overlap
 
 
 def test_top2_metrics_on_hand_made_scores():
-    scores = torch.tensor([
-        [0.9, 0.8, 0.1, 0.0],  # top-2 {0, 1}
-        [0.1, 0.2, 0.9, 0.8],  # top-2 {2, 3}
-        [0.9, 0.1, 0.8, 0.0],  # top-2 {0, 2}
-        [0.1, 0.2, 0.3, 0.9],  # top-2 {3, 2}
-    ])
+    scores = torch.tensor(
+        [
+            [0.9, 0.8, 0.1, 0.0],  # top-2 {0, 1}
+            [0.1, 0.2, 0.9, 0.8],  # top-2 {2, 3}
+            [0.9, 0.1, 0.8, 0.0],  # top-2 {0, 2}
+            [0.1, 0.2, 0.3, 0.9],  # top-2 {3, 2}
+        ]
+    )
     pairs = torch.tensor([[1, 0], [2, 3], [0, 1], [0, 1]])
     assert both_correct(scores, pairs).tolist() == [True, True, False, False]
     assert digits_found(scores, pairs).tolist() == [[True, True], [True, True], [True, False], [False, False]]

@@ -1,4 +1,5 @@
-"""The MultiMNIST protocol in training, CapsNet's per-digit reconstruction loss, and the overlap suite on tiny models."""
+"""The MultiMNIST protocol in training, CapsNet's per-digit reconstruction loss, and the overlap suite on tiny
+models."""
 
 import pytest
 import torch
@@ -51,7 +52,9 @@ def test_capsnet_reconstructs_each_digit_from_its_own_capsule():
     batch = proto.train_batch(torch.rand(4, 1, 28, 28), torch.tensor([1, 2, 3, 4]), torch.Generator().manual_seed(0))
     out = model(batch.inputs, batch.targets)
     assert out.reconstructions is None  # two digits: reconstructions are made per component in the loss
-    loss = model.loss(out, batch.targets, batch.inputs, components=batch.components, component_labels=batch.component_labels)
+    loss = model.loss(
+        out, batch.targets, batch.inputs, components=batch.components, component_labels=batch.component_labels
+    )
     expected = margin_loss(out.scores, batch.targets) + model.recon_weight * sum(
         reconstruction_loss(model.reconstruct(out.poses, batch.component_labels[:, k]), batch.components[:, k])
         for k in range(2)
@@ -70,10 +73,18 @@ def test_default_validation_score_is_top1_accuracy(tiny_splits):
 
 @pytest.fixture
 def overlap_cfg(tmp_path):
-    return compose([
-        "suite=overlap", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "train.epochs=1",
-        "device=cpu", "params.test_pairs_per_digit=2", "params.figure_pairs=3",
-    ])
+    return compose(
+        [
+            "suite=overlap",
+            "budget=smoke",
+            f"output_dir={tmp_path}",
+            "tracking.enabled=false",
+            "train.epochs=1",
+            "device=cpu",
+            "params.test_pairs_per_digit=2",
+            "params.figure_pairs=3",
+        ]
+    )
 
 
 @pytest.mark.parametrize("name", ["capsnet", "cnn_multimnist"])
@@ -85,8 +96,16 @@ def test_suite_trains_and_measures_a_tiny_model(overlap_cfg, name):
     model = create_model(name, image_size=proto.input_size(28), **tiny_args(name))
     meta = fit(model, splits, overlap_cfg, proto, seed=0)
     assert 0.0 <= meta["best_val_accuracy"] <= 1.0
-    ctx = Context(model=model.eval(), model_name=name, splits=splits, params=overlap_cfg.params, device="cpu",
-                  batch_size=16, seed=0, protocol=proto)
+    ctx = Context(
+        model=model.eval(),
+        model_name=name,
+        splits=splits,
+        params=overlap_cfg.params,
+        device="cpu",
+        batch_size=16,
+        seed=0,
+        protocol=proto,
+    )
     values = {r["metric"]: r["value"] for r in suite.measure(ctx)}
     assert set(values) == {m.name for m in suite.metrics}
     assert values["both_correct_accuracy"] + values["both_correct_error"] == pytest.approx(100.0)
@@ -103,8 +122,11 @@ def test_descriptive_metric_gets_no_best_cell():
     suite = SUITES.get("overlap")
     records = [
         {"suite": "overlap", "model": m, "dataset": "mnist", "seed": s, "metric": metric, "value": v + s / 10}
-        for m, acc in (("a", 90.0), ("b", 80.0)) for s in (0, 1, 2)
+        for m, acc in (("a", 90.0), ("b", 80.0))
+        for s in (0, 1, 2)
         for metric, v in (("both_correct_accuracy", acc), ("box_overlap", 72.0 + acc / 100))
     ]
     [table] = build_tables(records_frame(records, suite), suite, suite.layout)
-    assert {(table.rows[i][0], h.label) for h in table.headers for i in range(2) if table.is_best(i, h.key)} == {("a", "both correct")}
+    assert {(table.rows[i][0], h.label) for h in table.headers for i in range(2) if table.is_best(i, h.key)} == {
+        ("a", "both correct")
+    }

@@ -60,7 +60,9 @@ def test_linear_warmup_over_the_first_epoch_then_the_schedule(tmp_path, monkeypa
 def dead_units(model: nn.Module, inputs: torch.Tensor) -> list[tuple[int, int]]:
     """Per ReLU layer: (units that are zero for every input, units); a conv layer's units are its channels."""
     acts: list[torch.Tensor] = []
-    hooks = [m.register_forward_hook(lambda _m, _i, out: acts.append(out)) for m in model.modules() if isinstance(m, nn.ReLU)]
+    hooks = [
+        m.register_forward_hook(lambda _m, _i, out: acts.append(out)) for m in model.modules() if isinstance(m, nn.ReLU)
+    ]
     model.eval()
     with torch.no_grad():
         model(inputs)
@@ -78,8 +80,13 @@ def test_cnn_9x9_keeps_its_relu_units_through_the_first_overlap_epoch(tmp_path, 
     torch.manual_seed(0)
     model = create_model("cnn_9x9", image_size=36, **OmegaConf.to_container(cfg.model_args.cnn_9x9))
     fit(model, splits, cfg, OverlapSuite().protocol(cfg), seed=0)
-    pairs, _ = render(splits.val_x, make_recipe(splits.val_y, pairs_per_digit=1, max_shift=4, seed=0), canvas=36,
-                      rule="saturating_sum", device="cpu")
+    pairs, _ = render(
+        splits.val_x,
+        make_recipe(splits.val_y, pairs_per_digit=1, max_shift=4, seed=0),
+        canvas=36,
+        rule="saturating_sum",
+        device="cpu",
+    )
     dead = dead_units(model, pairs)  # conv 1-3, FC 1-2
 
     def share(layers: list[tuple[int, int]]) -> float:

@@ -19,8 +19,26 @@ def records():
     rows = []
     for model, accs in {"a": [97.6, 98.0, 98.4], "b": [99.3, 99.5, 99.7]}.items():
         for seed, acc in enumerate(accs):
-            rows.append({"suite": "accuracy", "model": model, "dataset": "mnist", "seed": seed, "metric": "test_accuracy", "value": acc})
-            rows.append({"suite": "accuracy", "model": model, "dataset": "mnist", "seed": seed, "metric": "test_error", "value": 100 - acc})
+            rows.append(
+                {
+                    "suite": "accuracy",
+                    "model": model,
+                    "dataset": "mnist",
+                    "seed": seed,
+                    "metric": "test_accuracy",
+                    "value": acc,
+                }
+            )
+            rows.append(
+                {
+                    "suite": "accuracy",
+                    "model": model,
+                    "dataset": "mnist",
+                    "seed": seed,
+                    "metric": "test_error",
+                    "value": 100 - acc,
+                }
+            )
     return rows
 
 
@@ -59,17 +77,30 @@ def test_best_respects_direction_and_significance():
 
 
 def test_ties_and_single_seeds_without_outcomes_are_never_bold():
-    rows = [{"suite": "accuracy", "model": m, "dataset": "mnist", "seed": 0, "metric": "test_accuracy", "value": v}
-            for m, v in (("a", 99.5), ("b", 98.0), ("c", 99.5))]
+    rows = [
+        {"suite": "accuracy", "model": m, "dataset": "mnist", "seed": 0, "metric": "test_accuracy", "value": v}
+        for m, v in (("a", 99.5), ("b", 98.0), ("c", 99.5))
+    ]
     t = table(rows)
-    assert t.best == set() and "**" not in markdown.render_table(t).split("\n", 1)[1] and r"\textbf" not in latex.tabular(t)
+    assert (
+        t.best == set()
+        and "**" not in markdown.render_table(t).split("\n", 1)[1]
+        and r"\textbf" not in latex.tabular(t)
+    )
     assert "bold" in t.notes[-1]  # the rule is stated even when nothing qualifies
 
 
 def acc_record(model, right, n=1000, **extra):
     ok = np.arange(n) < right
-    return {"suite": "accuracy", "model": model, "dataset": "mnist", "seed": 0, "metric": "test_accuracy",
-            **accuracy_fields(ok), **extra}
+    return {
+        "suite": "accuracy",
+        "model": model,
+        "dataset": "mnist",
+        "seed": 0,
+        "metric": "test_accuracy",
+        **accuracy_fields(ok),
+        **extra,
+    }
 
 
 def test_paired_outcomes_decide_best_on_one_seed():
@@ -107,16 +138,19 @@ def test_cells_with_fewer_seeds_are_marked():
     assert "| b | **99.40 ± 0.14 (n=2)** |" in md and "2/3 seed(s)" in md
 
 
-@pytest.mark.parametrize("mean, std, unit, expected", [
-    (98.95123, 0.04312, "%", ("98.951", "0.043")),  # std to two significant digits, mean to the same place
-    (98.0, 1.0, "%", ("98.0", "1.0")),
-    (35.2, 27.4, "%", ("35", "27")),
-    (12.3456, None, "ms", ("12.35", None)),
-    (99.123, None, "%", ("99.12", None)),
-    (8215568.0, None, "count", ("8,215,568", None)),
-    (2857.14, None, "img/s", ("2,857", None)),
-    (98.5, 0.0, "%", ("98.50", "0.00")),
-])
+@pytest.mark.parametrize(
+    "mean, std, unit, expected",
+    [
+        (98.95123, 0.04312, "%", ("98.951", "0.043")),  # std to two significant digits, mean to the same place
+        (98.0, 1.0, "%", ("98.0", "1.0")),
+        (35.2, 27.4, "%", ("35", "27")),
+        (12.3456, None, "ms", ("12.35", None)),
+        (99.123, None, "%", ("99.12", None)),
+        (8215568.0, None, "count", ("8,215,568", None)),
+        (2857.14, None, "img/s", ("2,857", None)),
+        (98.5, 0.0, "%", ("98.50", "0.00")),
+    ],
+)
 def test_format_value_significant_digits(mean, std, unit, expected):
     from capsbench.reporting.formatting import format_value
 
@@ -125,10 +159,39 @@ def test_format_value_significant_digits(mean, std, unit, expected):
 
 def test_published_numbers_sit_beside_measured_ones_with_footnotes():
     reported = [
-        {"model": "a", "dataset": "mnist", "metric": "test_error", "value": 0.25, "std": 0.005, "footnote": "Paper A, Table 1: r=3"},
-        {"model": "b", "dataset": "mnist", "metric": "test_error", "value": 0.39, "std": None, "footnote": "Paper A, Table 1: base"},
-        {"model": "zzz", "dataset": "mnist", "metric": "test_error", "value": 1.0, "std": None, "footnote": "unmeasured model"},
-        {"model": "a", "dataset": "mnist", "metric": "test_error", "eps": 0.1, "value": 9.0, "std": None, "footnote": "a sweep value the column does not fix"},
+        {
+            "model": "a",
+            "dataset": "mnist",
+            "metric": "test_error",
+            "value": 0.25,
+            "std": 0.005,
+            "footnote": "Paper A, Table 1: r=3",
+        },
+        {
+            "model": "b",
+            "dataset": "mnist",
+            "metric": "test_error",
+            "value": 0.39,
+            "std": None,
+            "footnote": "Paper A, Table 1: base",
+        },
+        {
+            "model": "zzz",
+            "dataset": "mnist",
+            "metric": "test_error",
+            "value": 1.0,
+            "std": None,
+            "footnote": "unmeasured model",
+        },
+        {
+            "model": "a",
+            "dataset": "mnist",
+            "metric": "test_error",
+            "eps": 0.1,
+            "value": 9.0,
+            "std": None,
+            "footnote": "a sweep value the column does not fix",
+        },
     ]
     t = table(records(), reported)
     assert [h.kind for h in t.headers] == ["measured", "measured", "published"]
@@ -139,11 +202,22 @@ def test_published_numbers_sit_beside_measured_ones_with_footnotes():
     assert "| b | **99.50 ± 0.20** | **0.50 ± 0.20** | 0.39 [2] |" in md  # bold compares measured values only
     assert "- [1] Paper A, Table 1: r=3" in md and "unmeasured" not in md and "does not fix" not in md
     tex = latex.render_table(t, "accuracy")
-    assert r"0.25\textsuperscript{1}\\\scriptsize \ensuremath{\pm}0.005" in tex and r"\textsuperscript{2}Paper A, Table 1: base\par" in tex
+    assert (
+        r"0.25\textsuperscript{1}\\\scriptsize \ensuremath{\pm}0.005" in tex
+        and r"\textsuperscript{2}Paper A, Table 1: base\par" in tex
+    )
     assert "error, published (%) citation" in csv.render_table(t).splitlines()[0]
 
 
-SWEEP = Layout((TableSpec("sweep", "Accuracy against eps", (SweepColumns("test_accuracy", "eps", "accuracy ({unit}) at eps", drop=(0.0,)),)),))
+SWEEP = Layout(
+    (
+        TableSpec(
+            "sweep",
+            "Accuracy against eps",
+            (SweepColumns("test_accuracy", "eps", "accuracy ({unit}) at eps", drop=(0.0,)),),
+        ),
+    )
+)
 
 
 class SweepSuite(AccuracySuite):
@@ -152,18 +226,36 @@ class SweepSuite(AccuracySuite):
 
 
 def sweep_records(attacks=("pgd",)):
-    return [{"suite": "s", "model": m, "dataset": "mnist", "seed": s, "metric": "test_accuracy", "eps": e, "attack": a,
-             "value": 90 - 100 * e + s + (m == "b")}
-            for m in ("a", "b") for s in (0, 1) for e in (0.0, 0.1, 0.2) for a in attacks]
+    return [
+        {
+            "suite": "s",
+            "model": m,
+            "dataset": "mnist",
+            "seed": s,
+            "metric": "test_accuracy",
+            "eps": e,
+            "attack": a,
+            "value": 90 - 100 * e + s + (m == "b"),
+        }
+        for m in ("a", "b")
+        for s in (0, 1)
+        for e in (0.0, 0.1, 0.2)
+        for a in attacks
+    ]
 
 
 def test_sweep_columns_share_one_header_and_drop_values():
     t = table(sweep_records(), suite=SweepSuite, layout=SWEEP)
     assert [(h.group, h.label) for h in t.headers] == [("accuracy (%) at eps", "0.1"), ("accuracy (%) at eps", "0.2")]
     md = markdown.render_table(t)
-    assert md.startswith("**Accuracy against eps**; eps=… columns: accuracy (%) at eps") and "| model | eps=0.1 | eps=0.2 |" in md
+    assert (
+        md.startswith("**Accuracy against eps**; eps=… columns: accuracy (%) at eps")
+        and "| model | eps=0.1 | eps=0.2 |" in md
+    )
     tex = latex.tabular(t)
-    assert r"\multicolumn{2}{c}{\begin{tabular}[b]{@{}c@{}}accuracy (\%) at\\eps\end{tabular}}" in tex  # wrapped to 2 columns
+    assert (
+        r"\multicolumn{2}{c}{\begin{tabular}[b]{@{}c@{}}accuracy (\%) at\\eps\end{tabular}}" in tex
+    )  # wrapped to 2 columns
     assert r"\cmidrule(lr){2-3}" in tex
 
 
@@ -184,7 +276,8 @@ def test_long_tables_split_evenly_keeping_published_columns_with_their_column():
 def test_latex_escapes_every_special_character():
     assert latex.tex("a_b > c < d % & # ± – × $ {x} ~ ^ \\ s/t") == (
         r"a\_\allowbreak{}b \textgreater{} c \textless{} d \% \& \# \ensuremath{\pm} -- \ensuremath{\times} \$ \{x\} "
-        r"\textasciitilde{} \textasciicircum{} \textbackslash{} s/\allowbreak{}t")
+        r"\textasciitilde{} \textasciicircum{} \textbackslash{} s/\allowbreak{}t"
+    )
 
 
 def test_suite_files(tmp_path):

@@ -31,7 +31,9 @@ def test_report_combines_both_invocations_seed_by_seed(built):
         accs = [r["value"] for r in records if r["model"] == model and r["metric"] == "test_accuracy"]
         assert len(accs) == 4
         m, s = format_value(mean(accs), stdev(accs), "%")
-        assert re.search(rf"\| {model}†? \| (\*\*)?{re.escape(m)} ± {re.escape(s)}", md), md  # † undertrained (synthetic data)
+        assert re.search(rf"\| {model}†? \| (\*\*)?{re.escape(m)} ± {re.escape(s)}", md), (
+            md
+        )  # † undertrained (synthetic data)
     assert "| capsnet" in output and "report: " in output and "report.tex" in output
 
 
@@ -47,7 +49,9 @@ def test_report_links_every_file(built):
     root, _, _ = built
     report = (root / "report.md").read_text()
     links = re.findall(r"\]\(([^)]+)\)", report)
-    assert {"accuracy/table.md", "accuracy/table.tex", "accuracy/table-accuracy.csv", "accuracy/records.csv"} <= set(links)
+    assert {"accuracy/table.md", "accuracy/table.tex", "accuracy/table-accuracy.csv", "accuracy/records.csv"} <= set(
+        links
+    )
     assert all((root / link).exists() for link in links)
     assert report.count("started") == 2  # both invocations are listed
     assert "Seeds: capsnet [0, 1, 2, 3]; cnn_sabour [0, 1, 2, 3]." in report and "Budget smoke, capsbench" in report
@@ -96,8 +100,18 @@ def test_report_embeds_figures_and_flags_short_budgets(tmp_path):
     paths = {name: root / "accuracy" / name for name in ("table.md", "acc_vs_eps.png", "acc_vs_eps.pdf")}
     output = SuiteOutput([], [stem], paths, pd.DataFrame({"n": [500.0, 500.0]}))
     when = datetime(2026, 11, 21, tzinfo=timezone.utc)
-    section = Section("accuracy", "clean accuracy", output, "quick", "0.1.0", ["mnist"], [Run("r1", when, "[0, 1]")],
-                      {"capsnet": [0, 1]}, {"train.epochs": "4"}, {"capsnet": {"routing_iterations": "3"}})
+    section = Section(
+        "accuracy",
+        "clean accuracy",
+        output,
+        "quick",
+        "0.1.0",
+        ["mnist"],
+        [Run("r1", when, "[0, 1]")],
+        {"capsnet": [0, 1]},
+        {"train.epochs": "4"},
+        {"capsnet": {"routing_iterations": "3"}},
+    )
     doc = Document(when, "sqlite:///x.db", "budget=quick", [section])
     text = render_markdown(doc, root)
     assert "![acc_vs_eps](accuracy/acc_vs_eps.png)" in text and "[acc_vs_eps.pdf](accuracy/acc_vs_eps.pdf)" in text

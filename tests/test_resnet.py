@@ -23,7 +23,9 @@ def resnet_count(n: int, in_channels: int = 3, classes: int = 10) -> int:
     return convs + bn + 64 * classes + classes
 
 
-@pytest.mark.parametrize("name,n,published", [("resnet20", 3, 0.27e6), ("resnet56", 9, 0.85e6), ("resnet110", 18, 1.7e6)])
+@pytest.mark.parametrize(
+    "name,n,published", [("resnet20", 3, 0.27e6), ("resnet56", 9, 0.85e6), ("resnet110", 18, 1.7e6)]
+)
 def test_parameter_counts_match_he_et_al_table_6(name, n, published):
     model = create_model(name, in_channels=3, image_size=32)
     assert n_params(model) == resnet_count(n)  # 269,722 / 853,018 / 1,727,962
@@ -48,7 +50,10 @@ def test_trunk_output_shape_and_input_normalisation():
     trunk = ResNetTrunk(in_channels=3, blocks=1, mean=(0.4, 0.5, 0.6), std=0.25).eval()
     assert trunk(torch.rand(2, 3, 32, 32)).shape == (2, 64, 8, 8) and ResNetTrunk.output_size(32) == 8
     assert ResNetTrunk.output_size(28) == 7 and trunk(torch.rand(1, 3, 28, 28)).shape == (1, 64, 7, 7)
-    assert torch.allclose(trunk.mean.flatten(), torch.tensor([0.4, 0.5, 0.6])) and trunk.std.flatten().tolist() == [0.25] * 3
+    assert (
+        torch.allclose(trunk.mean.flatten(), torch.tensor([0.4, 0.5, 0.6]))
+        and trunk.std.flatten().tolist() == [0.25] * 3
+    )
     with pytest.raises(ValueError, match="mean needs 1 or 3 values"):
         ResNetTrunk(in_channels=3, blocks=1, mean=(0.1, 0.2))
 
@@ -87,12 +92,20 @@ def logged_args(name: str, **overrides) -> dict[str, str]:
 
 def test_published_numbers_sit_beside_the_models_they_describe():
     entries = load_baselines()
-    rows = matching(entries, suite="accuracy", model_args={
-        "resnet20": logged_args("resnet20"), "resnet110": logged_args("resnet110"),
-        "srcapsnet": logged_args("srcapsnet", backbone="resnet20", caps_layers=1),
-    })
+    rows = matching(
+        entries,
+        suite="accuracy",
+        model_args={
+            "resnet20": logged_args("resnet20"),
+            "resnet110": logged_args("resnet110"),
+            "srcapsnet": logged_args("srcapsnet", backbone="resnet20", caps_layers=1),
+        },
+    )
     cells = {(r["model"], r["dataset"]): (r["value"], r["std"]) for r in rows}
-    assert cells[("resnet20", "cifar10")] == (8.75, None) and cells[("resnet110", "cifar10")] == (6.61, 0.16)  # He et al.
+    assert cells[("resnet20", "cifar10")] == (8.75, None) and cells[("resnet110", "cifar10")] == (
+        6.61,
+        0.16,
+    )  # He et al.
     assert cells[("resnet20", "svhn")] == (3.55, 0.11)  # Hahn et al.'s AvgPool baseline
     assert cells[("srcapsnet", "cifar10")] == (7.86, 0.12) and cells[("srcapsnet", "svhn")] == (3.12, 0.13)  # SR-2
     small = matching(entries, suite="accuracy", model_args={"srcapsnet": logged_args("srcapsnet")})

@@ -60,7 +60,11 @@ def fired(records) -> set[str]:
 
 
 def value(records, attack, eps) -> float:
-    (v,) = [r["value"] for r in records if r.get("attack") == attack and r.get("eps") == eps and r["metric"] == "robust_accuracy"]
+    (v,) = [
+        r["value"]
+        for r in records
+        if r.get("attack") == attack and r.get("eps") == eps and r["metric"] == "robust_accuracy"
+    ]
     return v
 
 
@@ -97,8 +101,10 @@ def test_worst_case_is_below_every_attack_and_monotone():
 def test_early_exit_and_batching_leave_the_records_identical():
     fast = measure(BandModel(quantise=True))
     slow = measure(BandModel(quantise=True), early_exit=False, batch_size=7)
+
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "value" or r["metric"] != "attack_throughput"} for r in rows]
+
     assert strip(fast) == strip(slow)
 
 
@@ -132,22 +138,27 @@ def curve_records(fgsm, pgd, square=None, clean=90.0, adaptive=None):
     rows += [accuracy_rec("robust_accuracy", v, attack="fgsm", eps=e) for e, v in zip((0.0, 0.1, 0.3), fgsm)]
     rows += [accuracy_rec("robust_accuracy", v, attack="pgd", eps=e) for e, v in zip((0.0, 0.1, 0.3), pgd)]
     if adaptive is not None:
-        rows += [accuracy_rec("robust_accuracy", v, attack="pgd_adaptive", eps=e) for e, v in zip((0.0, 0.1, 0.3), adaptive)]
+        rows += [
+            accuracy_rec("robust_accuracy", v, attack="pgd_adaptive", eps=e) for e, v in zip((0.0, 0.1, 0.3), adaptive)
+        ]
     if square is not None:
         rows.append(accuracy_rec("robust_accuracy", square, attack="square", eps=0.1))
     return rows
 
 
-@pytest.mark.parametrize("records, expected", [
-    (curve_records([90, 50, 5], [90, 40, 0], square=45), set()),
-    (curve_records([90, 50, 5], [89, 40, 0]), {"eps0_equals_clean"}),
-    (curve_records([90, 50, 5], [90, 55, 0]), {"pgd_not_weaker_than_fgsm"}),
-    (curve_records([90, 50, 60], [90, 40, 0]), {"monotone_in_eps"}),
-    (curve_records([90, 50, 5], [90, 40, 0], square=30), {"blackbox_not_stronger"}),
-    (curve_records([90, 50, 5], [90, 40, 2]), {"near_zero_at_max_eps"}),
-    (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 38, 0]), set()),  # 2 points on 200 images: noise
-    (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 25, 0]), {"adaptive_stronger"}),
-])
+@pytest.mark.parametrize(
+    "records, expected",
+    [
+        (curve_records([90, 50, 5], [90, 40, 0], square=45), set()),
+        (curve_records([90, 50, 5], [89, 40, 0]), {"eps0_equals_clean"}),
+        (curve_records([90, 50, 5], [90, 55, 0]), {"pgd_not_weaker_than_fgsm"}),
+        (curve_records([90, 50, 60], [90, 40, 0]), {"monotone_in_eps"}),
+        (curve_records([90, 50, 5], [90, 40, 0], square=30), {"blackbox_not_stronger"}),
+        (curve_records([90, 50, 5], [90, 40, 2]), {"near_zero_at_max_eps"}),
+        (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 38, 0]), set()),  # 2 points on 200 images: noise
+        (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 25, 0]), {"adaptive_stronger"}),
+    ],
+)
 def test_each_check_fires_on_its_own_violation(records, expected):
     assert {f.check for f in sanity_flags(records, near_zero=1.0) if f.fired} == expected
 
@@ -155,21 +166,26 @@ def test_each_check_fires_on_its_own_violation(records, expected):
 def test_fired_flags_are_footnotes_of_the_table(tmp_path):
     rows = [{"suite": "robustness", **r} for r in curve_records([90, 50, 5], [90, 55, 0])]
     suite = RobustnessSuite()
-    md = write_outputs(tmp_path, rows, RobustnessSuite, notes=suite.notes(rows, RobustnessParams()))["table.md"].read_text()
+    md = write_outputs(tmp_path, rows, RobustnessSuite, notes=suite.notes(rows, RobustnessParams()))[
+        "table.md"
+    ].read_text()
     assert "FLAG m / d seed 0: pgd_not_weaker_than_fgsm" in md and "pgd 55.00 % > fgsm 50.00 % at eps=0.1" in md
     assert "| attack | model | eps=0.1 | eps=0.3 |" in md  # eps 0 (= clean) is left out of the per-attack blocks
     assert "| PGD | m | 55.00 [48.1, 61.7] | 0.00 [0.0, 1.9] |" in md and "| FGSM | m | 50.00 [43.1, 56.9] |" in md
 
 
-@pytest.mark.parametrize("override, message", [
-    ("params.eps.mnist=[0.1,0.2]", "include 0"),
-    ("params.eps.mnist=[0,0.2,0.1]", "increasing"),
-    ("params.attacks=[pgd,sqaure]", "did you mean 'square'"),
-    ("params.blackbox_eps.mnist=0.12", "nonzero value of the eps grid"),
-    ("params.attacks=[pgd,pgd_detect_aware]", "params.detection_fpr=0.05"),
-    ("params.detection_fpr=1.5", "false-positive rate in \\(0, 1\\)"),
-    ("dataset=mnist", None),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("params.eps.mnist=[0.1,0.2]", "include 0"),
+        ("params.eps.mnist=[0,0.2,0.1]", "increasing"),
+        ("params.attacks=[pgd,sqaure]", "did you mean 'square'"),
+        ("params.blackbox_eps.mnist=0.12", "nonzero value of the eps grid"),
+        ("params.attacks=[pgd,pgd_detect_aware]", "params.detection_fpr=0.05"),
+        ("params.detection_fpr=1.5", "false-positive rate in \\(0, 1\\)"),
+        ("dataset=mnist", None),
+    ],
+)
 def test_config_mistakes_stop_before_training(tmp_path, override, message):
     args = ["suite=robustness", f"output_dir={tmp_path}", override]
     if message is None:
@@ -181,9 +197,17 @@ def test_config_mistakes_stop_before_training(tmp_path, override, message):
 
 @pytest.mark.slow
 def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
-    args = ["run", "suite=robustness", "budget=smoke", f"output_dir={tmp_path / 'out'}", f"data.root={mnist_root}",
-            "data.download=false", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "device=cpu",
-            "params.detection_fpr=0.05"]
+    args = [
+        "run",
+        "suite=robustness",
+        "budget=smoke",
+        f"output_dir={tmp_path / 'out'}",
+        f"data.root={mnist_root}",
+        "data.download=false",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        "device=cpu",
+        "params.detection_fpr=0.05",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out = tmp_path / "out" / "robustness"
@@ -193,13 +217,20 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
     cleans = []
     grid = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]
     for model in ("capsnet", "cnn_sabour", "cnn_9x9"):
-        mine = [{**r, "value": float(r["value"]), "seed": int(r["seed"]), "eps": float(r["eps"]) if r["eps"] else None}
-                for r in rows if r["model"] == model]
+        mine = [
+            {**r, "value": float(r["value"]), "seed": int(r["seed"]), "eps": float(r["eps"]) if r["eps"] else None}
+            for r in rows
+            if r["model"] == model
+        ]
         assert mine, f"no records of {model}: {result.output[-3000:]}"
         (clean,) = [r["value"] for r in mine if r["metric"] == "clean_accuracy"]
         cleans.append(clean)
         robust = {(r["attack"], r["eps"]): r for r in mine if r["metric"] == "robust_accuracy"}
-        attacks = ("fgsm", "pgd", "pgd_adaptive", "vote", "worst_case") if model == "capsnet" else ("fgsm", "pgd", "worst_case")
+        attacks = (
+            ("fgsm", "pgd", "pgd_adaptive", "vote", "worst_case")
+            if model == "capsnet"
+            else ("fgsm", "pgd", "worst_case")
+        )
         assert set(robust) == {(a, e) for a in attacks for e in grid} | {("square", 0.15)}
         for (attack, eps), r in robust.items():
             assert float(r["n"]) == 100 and float(r["ci_low"]) <= r["value"] <= float(r["ci_high"])
@@ -217,8 +248,11 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
     assert max(cleans) > 50.0, f"no smoke model is well above chance: {cleans}"
     assert "vote not run on cnn_sabour" in result.output
     assert "pgd_detect_aware not run on cnn_sabour: the model has no reconstruction decoder" in result.output
-    defended = {(r["attack"], float(r["eps"])): float(r["value"]) for r in rows
-                if r["model"] == "capsnet" and r["metric"] == "correct_or_detected"}
+    defended = {
+        (r["attack"], float(r["eps"])): float(r["value"])
+        for r in rows
+        if r["model"] == "capsnet" and r["metric"] == "correct_or_detected"
+    }
     for eps in grid[1:]:  # the detection-aware attack is at least as strong as its base, which ignores the detector
         assert defended[("pgd_detect_aware", eps)] <= defended[("pgd_adaptive", eps)]
         assert defended[("worst_case", eps)] <= min(v for (a, e), v in defended.items() if e == eps)
@@ -230,13 +264,18 @@ def assert_vote_surrogate_agrees_with_capsnet(cache: Path, root: Path) -> None:
     """Gu et al. (arXiv:2102.10055) attack the votes because their average predicts what the routed output capsules
     predict. On the smoke-trained CapsNet the surrogate must agree with the model on >= 95 % of 1,000 clean test
     images (the quick-budget CapsNet agrees on 99.6 % of 2,000)."""
-    (ckpt,) = [p for p in cache.glob("*.ckpt") if not p.name.endswith(".partial.ckpt")
-               and torch.load(p, weights_only=True)["meta"]["identity"]["model"] == "capsnet"]
+    (ckpt,) = [
+        p
+        for p in cache.glob("*.ckpt")
+        if not p.name.endswith(".partial.ckpt")
+        and torch.load(p, weights_only=True)["meta"]["identity"]["model"] == "capsnet"
+    ]
     blob = torch.load(ckpt, weights_only=True)
     model = create_model("capsnet", **blob["meta"]["identity"]["model_args"])
     model.load_state_dict(blob["state_dict"])
-    splits = load_splits("mnist", root=root, download=False, val_size=5000, train_subset=None, val_subset=None,
-                         test_subset=1000)
+    splits = load_splits(
+        "mnist", root=root, download=False, val_size=5000, train_subset=None, val_subset=None, test_subset=1000
+    )
     with torch.no_grad():
         images = splits.test_x.float() / 255.0
         agree = (model.eval()(images).scores.argmax(1) == model.vote_logits(images).argmax(1)).float().mean().item()
@@ -244,8 +283,12 @@ def assert_vote_surrogate_agrees_with_capsnet(cache: Path, root: Path) -> None:
 
 
 def test_unknown_attack_fails_with_the_valid_ones_and_writes_nothing(tmp_path):
-    result = CliRunner().invoke(app, ["run", "suite=robustness", "params.attacks=[pgd,votes]", f"output_dir={tmp_path / 'out'}"])
-    assert result.exit_code == 2 and "unknown attack 'votes'" in result.output and "did you mean 'vote'" in result.output
+    result = CliRunner().invoke(
+        app, ["run", "suite=robustness", "params.attacks=[pgd,votes]", f"output_dir={tmp_path / 'out'}"]
+    )
+    assert (
+        result.exit_code == 2 and "unknown attack 'votes'" in result.output and "did you mean 'vote'" in result.output
+    )
     assert not (tmp_path / "out").exists()
 
 

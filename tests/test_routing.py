@@ -88,7 +88,9 @@ def test_gradcheck_of_v_and_the_last_pre_squash_s(iterations):
     """Finite differences against the hand-written backward, for a loss on v and one on the last s together."""
     torch.manual_seed(0)
     u_hat = torch.randn(2, 7, 3, 4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: DynamicRouting(iterations=iterations)(x, return_pre_squash=True), (u_hat,))
+    assert torch.autograd.gradcheck(
+        lambda x: DynamicRouting(iterations=iterations)(x, return_pre_squash=True), (u_hat,)
+    )
 
 
 def test_straight_through_gradient_with_one_iteration_is_the_uniform_coupling():

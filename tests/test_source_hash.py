@@ -37,7 +37,9 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_editing_a_model_changes_only_its_key(smoke_cfg, tiny_splits, package_copy):
     before = _keys(smoke_cfg, tiny_splits)
-    _edit(package_copy / "models" / "capsnet.py", "super().__init__()", "super().__init__()\n        self.edited = True")
+    _edit(
+        package_copy / "models" / "capsnet.py", "super().__init__()", "super().__init__()\n        self.edited = True"
+    )
     after = _keys(smoke_cfg, tiny_splits)
     assert after["capsnet"] != before["capsnet"] and after["cnn_sabour"] == before["cnn_sabour"]
 
@@ -49,8 +51,17 @@ def test_editing_a_module_a_model_imports_changes_its_key(smoke_cfg, tiny_splits
     assert after["capsnet"] != before["capsnet"] and after["cnn_sabour"] == before["cnn_sabour"]
 
 
-@pytest.mark.parametrize("module", ["train/loop.py", "train/trained.py", "train/step.py", "data/augment.py",
-                                    "data/minibatches.py", "train/protocols.py"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "train/loop.py",
+        "train/trained.py",
+        "train/step.py",
+        "data/augment.py",
+        "data/minibatches.py",
+        "train/protocols.py",
+    ],
+)
 def test_editing_shared_training_code_changes_every_key(smoke_cfg, tiny_splits, package_copy, module):
     before = _keys(smoke_cfg, tiny_splits)
     (package_copy / module).write_text((package_copy / module).read_text() + "\nEDITED = 1\n")
@@ -58,9 +69,20 @@ def test_editing_shared_training_code_changes_every_key(smoke_cfg, tiny_splits, 
     assert all(after[m] != before[m] for m in MODELS)
 
 
-@pytest.mark.parametrize("module", ["reporting/tables.py", "cli.py", "tracking/writer.py", "attacks/pgd.py", "suites/robustness.py",
-                                    "models/__init__.py", "data/catalog.py", "train/checkpoints.py",
-                                    "util/progress.py"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "reporting/tables.py",
+        "cli.py",
+        "tracking/writer.py",
+        "attacks/pgd.py",
+        "suites/robustness.py",
+        "models/__init__.py",
+        "data/catalog.py",
+        "train/checkpoints.py",
+        "util/progress.py",
+    ],
+)
 def test_editing_code_that_cannot_change_weights_keeps_every_key(smoke_cfg, tiny_splits, package_copy, module):
     before = _keys(smoke_cfg, tiny_splits)
     (package_copy / module).write_text((package_copy / module).read_text() + "\n\ndef added() -> int:\n    return 1\n")
@@ -77,12 +99,29 @@ def test_comments_and_docstrings_do_not_count(smoke_cfg, tiny_splits, package_co
 def test_the_closure_holds_the_model_training_and_data_code_only():
     roots = hashing.training_roots("capsbench.models.capsnet:CapsNet", TrainingProtocol(max_shift=2), None)
     files = hashing.weight_sources(roots)
-    assert {"capsbench.models.capsnet", "capsbench.models.routing", "capsbench.models.capsules",
-            "capsbench.models.base", "capsbench.train.trained", "capsbench.train.loop", "capsbench.train.step",
-            "capsbench.train.protocols", "capsbench.train.evaluation", "capsbench.train.adversarial",
-            "capsbench.data.augment", "capsbench.data.minibatches", "capsbench.data.datasets"} <= set(files)
-    assert not any(f.startswith(("capsbench.suites", "capsbench.cost", "capsbench.reporting", "capsbench.config",
-                                 "capsbench.util")) or f.endswith(("cnn", "checkpoints")) or f in NOT_HASHED for f in files)
+    assert {
+        "capsbench.models.capsnet",
+        "capsbench.models.routing",
+        "capsbench.models.capsules",
+        "capsbench.models.base",
+        "capsbench.train.trained",
+        "capsbench.train.loop",
+        "capsbench.train.step",
+        "capsbench.train.protocols",
+        "capsbench.train.evaluation",
+        "capsbench.train.adversarial",
+        "capsbench.data.augment",
+        "capsbench.data.minibatches",
+        "capsbench.data.datasets",
+    } <= set(files)
+    assert not any(
+        f.startswith(
+            ("capsbench.suites", "capsbench.cost", "capsbench.reporting", "capsbench.config", "capsbench.util")
+        )
+        or f.endswith(("cnn", "checkpoints"))
+        or f in NOT_HASHED
+        for f in files
+    )
 
 
 def test_checkpoint_meta_records_the_key_inputs(smoke_cfg, tiny_splits):
@@ -96,7 +135,8 @@ def test_checkpoint_meta_records_the_key_inputs(smoke_cfg, tiny_splits):
 
 
 def _move(package: Path, old: str, new: str) -> None:
-    """Move module `old` to `new` (paths relative to the package) and rewrite every import of it, as a refactor would."""
+    """Move module `old` to `new` (paths relative to the package) and rewrite every import of it, as a refactor
+    would."""
     dotted = lambda rel: "capsbench." + rel.removesuffix(".py").replace("/", ".")  # noqa: E731
     (package / new).parent.mkdir(parents=True, exist_ok=True)
     (package / old).rename(package / new)
@@ -106,14 +146,20 @@ def _move(package: Path, old: str, new: str) -> None:
             path.write_text(text.replace(dotted(old), dotted(new)))
 
 
-@pytest.mark.parametrize(("old", "new"), [("train/step.py", "train/fast_step.py"),
-                                          ("models/capsules.py", "models/layers/capsule_layers.py"),
-                                          ("data/augment.py", "data/shift.py")])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("train/step.py", "train/fast_step.py"),
+        ("models/capsules.py", "models/layers/capsule_layers.py"),
+        ("data/augment.py", "data/shift.py"),
+    ],
+)
 def test_moving_or_renaming_a_module_keeps_every_key(smoke_cfg, tiny_splits, package_copy, old, new):
     before = _keys(smoke_cfg, tiny_splits)
     _move(package_copy, old, new)
-    assert hashing.source_identity(hashing.training_roots("capsbench.models.capsnet:CapsNet", TrainingProtocol(),
-                                                          None), package_copy)[1]  # the moved copy is what is read
+    assert hashing.source_identity(
+        hashing.training_roots("capsbench.models.capsnet:CapsNet", TrainingProtocol(), None), package_copy
+    )[1]  # the moved copy is what is read
     assert _keys(smoke_cfg, tiny_splits) == before
 
 

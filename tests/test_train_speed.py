@@ -39,8 +39,12 @@ def test_reference_loss_and_gradients_equal_capsbench_at_identical_weights(bench
     assert torch.allclose(ours, theirs, rtol=1e-12, atol=0)
     ours.backward()
     theirs.backward()
-    assert torch.allclose(model.conv.weight.grad if name == "capsnet" else model.features[0].weight.grad,
-                          ref.conv.weight.grad if name == "capsnet" else ref.features[0].weight.grad, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(
+        model.conv.weight.grad if name == "capsnet" else model.features[0].weight.grad,
+        ref.conv.weight.grad if name == "capsnet" else ref.features[0].weight.grad,
+        rtol=1e-9,
+        atol=1e-12,
+    )
 
 
 def test_sizes_follow_the_budget(bench):

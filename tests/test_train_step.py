@@ -1,4 +1,5 @@
-"""Training-step options: auto threads, compile, bf16, the device-resident data path; determinism and the checkpoint key."""
+"""Training-step options: auto threads, compile, bf16, the device-resident data path; determinism and the checkpoint
+key."""
 
 import os
 
@@ -49,7 +50,9 @@ def test_bad_training_options_name_the_key(overrides, message, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="device=auto resolves to cuda here")
 def test_bf16_with_device_auto_is_refused_once_auto_resolves_to_cpu(tmp_path):
-    with pytest.raises(CapsbenchError, match="train.precision=bf16 trains under bf16 autocast on CUDA only, but device=cpu"):
+    with pytest.raises(
+        CapsbenchError, match="train.precision=bf16 trains under bf16 autocast on CUDA only, but device=cpu"
+    ):
         compose(["suite=accuracy", "device=auto", f"output_dir={tmp_path}", "train.precision=bf16"])
 
 
@@ -84,7 +87,10 @@ def test_fused_adam_follows_the_per_parameter_loop():
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(50, 7)), torch.nn.Parameter(torch.randn(3))]
     twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    fused, loop = make_optimizer(params, TrainConfig(lr=1e-3), "cpu")[0], torch.optim.Adam(twins, lr=1e-3, foreach=False)
+    fused, loop = (
+        make_optimizer(params, TrainConfig(lr=1e-3), "cpu")[0],
+        torch.optim.Adam(twins, lr=1e-3, foreach=False),
+    )
     assert fused.defaults["fused"]
     for step in range(5):
         for p, q in zip(params, twins):
@@ -110,7 +116,9 @@ def test_bf16_step_keeps_routing_and_the_loss_in_fp32():
     """bf16 is refused on CPU by the config; CPU autocast stands in here for the CUDA path it takes."""
     torch.manual_seed(0)
     model = create_model("capsnet", **TINY_CAPSNET)
-    step = TrainStep(model, make_optimizer(model.parameters(), TrainConfig(lr=1e-3), "cpu")[0], device="cpu", precision="bf16")
+    step = TrainStep(
+        model, make_optimizer(model.parameters(), TrainConfig(lr=1e-3), "cpu")[0], device="cpu", precision="bf16"
+    )
     images, labels = torch.rand(6, 1, 28, 28), torch.arange(6)
     out, loss = step(Batch(images, labels))
     assert out.poses.dtype == torch.float32 and loss.dtype == torch.float32 and torch.isfinite(loss)
@@ -123,7 +131,9 @@ def test_compile_failure_is_a_capsbench_error():
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = create_model("cnn_9x9", channels=(2,), fc=(), image_size=10, kernel_size=3)
-    step = TrainStep(model, make_optimizer(model.parameters(), TrainConfig(lr=1e-3), "cpu")[0], device="cpu", compile_model=True)
+    step = TrainStep(
+        model, make_optimizer(model.parameters(), TrainConfig(lr=1e-3), "cpu")[0], device="cpu", compile_model=True
+    )
     # torch's own patch() restores its config exactly (monkeypatch left fx_graph_cache hidden for later compiles)
     with inductor_config.patch({"cpp.cxx": (None, "/nonexistent/c++"), "fx_graph_cache": False}):
         with pytest.raises(CapsbenchError, match="train.compile=true.*C\\+\\+ compiler"):

@@ -24,8 +24,16 @@ SMOKE = ["budget=smoke", "train.epochs=2", "device=cpu", "threads=1"]
 
 
 def smoke(tmp_path, *extra, suite="accuracy"):
-    return compose([f"suite={suite}", *SMOKE, f"output_dir={tmp_path}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-                    "models=[cnn_9x9,capsnet]", *extra])
+    return compose(
+        [
+            f"suite={suite}",
+            *SMOKE,
+            f"output_dir={tmp_path}",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            "models=[cnn_9x9,capsnet]",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture
@@ -73,8 +81,11 @@ def test_a_killed_run_keeps_its_finished_units_and_the_rerun_measures_only_the_r
     clean = driver.run_suite(smoke(tmp_path / "clean"))
     assert resumed.markdown == clean.markdown and resumed.records == clean.records
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    parents = [r for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
-               if "mlflow.parentRunId" not in r.data.tags]
+    parents = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
+        if "mlflow.parentRunId" not in r.data.tags
+    ]
     assert sorted(r.info.status for r in parents) == ["FINISHED", "KILLED"]
 
 
@@ -123,12 +134,23 @@ def test_mlflow_runs_read_back_with_names_statuses_tags_metrics_and_curves(tmp_p
     mlflow.set_tracking_uri(cfg.tracking.uri)
     runs = mlflow.search_runs(experiment_names=["capsbench"], output_format="list")
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = sorted((r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id),
-                      key=lambda r: r.info.run_name)
+    children = sorted(
+        (r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id), key=lambda r: r.info.run_name
+    )
     assert parent.info.run_name == "accuracy-smoke" and parent.info.status == "FINISHED"
     assert [c.info.run_name for c in children] == ["capsnet-mnist-s0", "capsnet-mnist-s1"]
     assert all(c.info.status == "FINISHED" for c in children)
-    for key in ("model", "suite", "seed", "budget", "git.commit", "git.dirty", "version.capsbench", "unit.host", "unit.key"):
+    for key in (
+        "model",
+        "suite",
+        "seed",
+        "budget",
+        "git.commit",
+        "git.dirty",
+        "version.capsbench",
+        "unit.host",
+        "unit.key",
+    ):
         assert key in children[0].data.tags, key
     assert children[1].data.tags["seed"] == "1" and children[0].data.tags["unit.reused"] == "false"
     assert 0 <= children[0].data.metrics["test_accuracy"] <= 100
@@ -145,8 +167,10 @@ def test_mlflow_runs_read_back_with_names_statuses_tags_metrics_and_curves(tmp_p
 def test_metric_names_spell_out_their_coordinates():
     rec = {"metric": "robust_accuracy", "attack": "pgd", "eps": 0.1, "check": None, "value": 1.0}
     assert metric_key(rec, ("attack", "eps", "check")) == "robust_accuracy.pgd.eps_0.1"
-    assert metric_key({"metric": "affnist_accuracy", "test_set": "affNIST-style sha256:ab12"}, ("test_set",)) \
+    assert (
+        metric_key({"metric": "affnist_accuracy", "test_set": "affNIST-style sha256:ab12"}, ("test_set",))
         == "affnist_accuracy.affNIST-style sha256_ab12"
+    )
 
 
 def test_runs_left_running_by_a_killed_process_are_marked_killed(tmp_path):
@@ -171,8 +195,17 @@ def test_runs_left_running_by_a_killed_process_are_marked_killed(tmp_path):
 def test_sigkill_after_the_first_unit_then_rerun(tmp_path, mnist_root):
     """A real process killed with SIGKILL after its first unit: the rerun measures only the second unit, the dead
     run is marked KILLED, and the final table equals that of an uninterrupted run."""
-    args = ["run", "suite=accuracy", *SMOKE, "models=[cnn_9x9,cnn_sabour]", "data.train_subset=500", "data.val_subset=200",
-            "data.test_subset=200", f"data.root={mnist_root}", "data.download=false"]
+    args = [
+        "run",
+        "suite=accuracy",
+        *SMOKE,
+        "models=[cnn_9x9,cnn_sabour]",
+        "data.train_subset=500",
+        "data.val_subset=200",
+        "data.test_subset=200",
+        f"data.root={mnist_root}",
+        "data.download=false",
+    ]
     out, clean = tmp_path / "out", tmp_path / "clean"
     cmd = [sys.executable, "-m", "capsbench.cli", *args]
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # each output dir keeps its own store
@@ -190,8 +223,11 @@ def test_sigkill_after_the_first_unit_then_rerun(tmp_path, mnist_root):
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     assert (out / "accuracy" / "table.md").read_text() == (clean / "accuracy" / "table.md").read_text()
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    parents = [r for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
-               if "mlflow.parentRunId" not in r.data.tags]
+    parents = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
+        if "mlflow.parentRunId" not in r.data.tags
+    ]
     assert sorted(r.info.status for r in parents) == ["FINISHED", "KILLED"]
 
 

@@ -57,15 +57,25 @@ def test_em_assignments_sum_to_one_over_parents_and_activations_in_open_interval
 def test_em_e_step_assigns_each_vote_to_the_gaussian_it_came_from():
     mu = torch.tensor([[[0.0] * 16, [10.0] * 16]])  # (1, 2 parents, 16)
     sigma2 = torch.ones(1, 2, 16)
-    votes = torch.stack([torch.zeros(16), torch.full((16,), 10.0)]).expand(1, 2, 2, 16)  # child 0 at mu_0, child 1 at mu_1
-    r = e_step(mu, sigma2, torch.zeros(1, 2), votes, votes ** 2)  # equal activations 0.5; r (1, out, in)
+    votes = torch.stack([torch.zeros(16), torch.full((16,), 10.0)]).expand(
+        1, 2, 2, 16
+    )  # child 0 at mu_0, child 1 at mu_1
+    r = e_step(mu, sigma2, torch.zeros(1, 2), votes, votes**2)  # equal activations 0.5; r (1, out, in)
     assert torch.allclose(r[0], torch.eye(2), atol=1e-6)
 
 
 def test_em_identical_votes_do_not_collapse_the_variance():
     votes = torch.ones(2, 3, 8, 16, requires_grad=True)  # every child agrees exactly: sigma^2 would be 0
-    mu, sigma2, logits = m_step(torch.full((2, 3, 8), 1 / 3), torch.rand(2, 8), votes, votes ** 2,
-                           torch.zeros(3), torch.zeros(3), 0.01, min_variance=0.01)
+    mu, sigma2, logits = m_step(
+        torch.full((2, 3, 8), 1 / 3),
+        torch.rand(2, 8),
+        votes,
+        votes**2,
+        torch.zeros(3),
+        torch.zeros(3),
+        0.01,
+        min_variance=0.01,
+    )
     assert torch.allclose(sigma2, torch.full_like(sigma2, 0.01), atol=1e-6) and torch.isfinite(logits).all()
     logits.sum().backward()
     assert torch.isfinite(votes.grad).all()

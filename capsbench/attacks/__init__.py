@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from capsbench.util.lazy import lazy_attributes, load, split_target
 from capsbench.util.registry import LoadingView, Registry

@@ -14,7 +14,8 @@ from capsbench.models.base import NotApplicable
 
 
 class AdaptivePGD(PGD):
-    """`pgd_adaptive`: the same PGD budget as `pgd` (random start, cross-entropy then margin, restarts) on logits that do
+    """`pgd_adaptive`: the same PGD budget as `pgd` (random start, cross-entropy then margin, restarts) on logits that
+    do
     not saturate: log-normalised norms of the class capsules before their squash (CapsNet, Efficient-CapsNet; EM's
     logits are already pre-sigmoid), first with the exact backward, then, on the images that survive, with every
     squash, exp-squash and capsule-activation sigmoid back-propagating as the identity (BPDA). Neither pass is
@@ -23,8 +24,10 @@ class AdaptivePGD(PGD):
     model."""
 
     name = "pgd_adaptive"
-    attacks = ("log-normalised pre-squash class-capsule norms, exact backward, then straight-through (BPDA) backward "
-               "through every squash on the survivors")
+    attacks = (
+        "log-normalised pre-squash class-capsule norms, exact backward, then straight-through (BPDA) backward "
+        "through every squash on the survivors"
+    )
     objectives = (PreSquashObjective, AdaptiveObjective)
 
     def make_objectives(self, model: Classifier, settings: AttackSettings) -> list[Objective]:

@@ -73,7 +73,9 @@ def decisions(model: Classifier, images: torch.Tensor) -> torch.Tensor:
     return model(images).scores.argmax(dim=1)
 
 
-def start_noise(ids: torch.Tensor, shape: tuple[int, ...], *, seed: int, stream: str, device: torch.device) -> torch.Tensor:
+def start_noise(
+    ids: torch.Tensor, shape: tuple[int, ...], *, seed: int, stream: str, device: torch.device
+) -> torch.Tensor:
     """Uniform noise in [-1, 1] of `shape` per image id, fixed by (seed, stream, id) alone: (N, *shape)."""
     out = torch.empty(len(ids), *shape)
     for row, image_id in enumerate(ids.tolist()):

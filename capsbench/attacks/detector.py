@@ -27,7 +27,9 @@ def threshold_for(distances: torch.Tensor, fpr: float) -> float:
     """The smallest of `distances` (N,) with at most fpr * N of them strictly above it: the ceil((1 - fpr) N)-th
     smallest. Flagging `distance > threshold` then flags at most a share fpr of these clean images."""
     if not 0.0 < fpr < 1.0 or len(distances) == 0:
-        raise ValueError(f"need a false-positive rate in (0, 1) and at least one distance, got {fpr} and {len(distances)}")
+        raise ValueError(
+            f"need a false-positive rate in (0, 1) and at least one distance, got {fpr} and {len(distances)}"
+        )
     k = math.ceil((1.0 - fpr) * len(distances) - 1e-9)  # 1-based rank; the epsilon keeps 0.95 * 100 at 95
     return float(distances.sort().values[max(k, 1) - 1])
 
@@ -50,8 +52,10 @@ class Detector:
 def distances(model: Classifier, images: torch.Tensor, *, batch_size: int) -> torch.Tensor:
     """Reconstruction distances (N,) on the CPU, batch by batch on the model's device."""
     device = next(model.parameters()).device
-    out = [reconstruction_distance(model(x := as_images(images[i : i + batch_size], device)), x).cpu()
-           for i in range(0, len(images), batch_size)]
+    out = [
+        reconstruction_distance(model(x := as_images(images[i : i + batch_size], device)), x).cpu()
+        for i in range(0, len(images), batch_size)
+    ]
     return torch.cat(out) if out else torch.empty(0)
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import torch
 
 
-def worst_case_broken(broken: dict[str, dict[float, torch.Tensor]], grid: list[float], n: int) -> dict[float, torch.Tensor]:
+def worst_case_broken(
+    broken: dict[str, dict[float, torch.Tensor]], grid: list[float], n: int
+) -> dict[float, torch.Tensor]:
     """broken[attack][eps] (n,) bool, for the eps each attack ran at -> per eps of `grid` (n,) bool."""
     so_far = torch.zeros(n, dtype=torch.bool)
     out = {}

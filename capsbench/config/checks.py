@@ -1,5 +1,6 @@
 """Checks on a composed run config, all without torch: known names, numeric ranges of the train and data settings
-(per model too), the training precision, and a data.root that exists. Each failure is one CapsbenchError naming the valid choices or range."""
+(per model too), the training precision, and a data.root that exists. Each failure is one CapsbenchError naming the
+valid choices or range."""
 
 from __future__ import annotations
 
@@ -57,7 +58,10 @@ ADV_RULES: dict[str, Rule] = {
 AFFINE_RULES: dict[str, Rule] = {
     "affine_rotation_deg": (lambda v: 0 <= v <= 180, "a number of degrees in [0, 180], e.g. 20"),
     "affine_shear": (lambda v: v >= 0, "a number >= 0, e.g. 0.2"),
-    "affine_scale": (lambda v: len(v) == 2 and 0 < v[0] <= v[1], "two numbers [lo, hi] with 0 < lo <= hi, e.g. [0.8,1.2]"),
+    "affine_scale": (
+        lambda v: len(v) == 2 and 0 < v[0] <= v[1],
+        "two numbers [lo, hi] with 0 < lo <= hi, e.g. [0.8,1.2]",
+    ),
 }
 
 
@@ -75,7 +79,9 @@ def _names(values: Any, what: str, example: str) -> list:
         raise CapsbenchError(f"{what} is empty: give at least one, for example {what}={example}")
     repeated = sorted({str(v) for v in items if items.count(v) > 1})
     if repeated:
-        raise CapsbenchError(f"{what} lists {', '.join(repeated)} more than once; give each once, e.g. {what}={example}")
+        raise CapsbenchError(
+            f"{what} lists {', '.join(repeated)} more than once; give each once, e.g. {what}={example}"
+        )
     return items
 
 
@@ -90,8 +96,10 @@ def check_data_root(root: str, *, explicit: str | None, download: bool) -> None:
     if path.is_dir():
         return
     if path.exists():
-        raise CapsbenchError(f"data.root {root} is a file, not a directory; point data.root= or CAPSBENCH_DATA at the "
-                             "directory that holds the dataset folders (e.g. MNIST/raw/)")
+        raise CapsbenchError(
+            f"data.root {root} is a file, not a directory; point data.root= or CAPSBENCH_DATA at the "
+            "directory that holds the dataset folders (e.g. MNIST/raw/)"
+        )
     if explicit is not None:
         raise CapsbenchError(
             f"{_named(root, explicit)} does not exist; point data.root=DIR or CAPSBENCH_DATA=DIR at the "
@@ -138,8 +146,10 @@ def validate(cfg: DictConfig, *, explicit_root: str | None, model_trains: dict[s
 def check_optimizer(train: DictConfig, where: str) -> None:
     """The optimizer settings of one train section (the run's, or a model's merged with model_train.<name>)."""
     if train.optimizer not in OPTIMIZERS:
-        raise CapsbenchError(f"{where}.optimizer={train.optimizer!r} is not an optimizer: "
-                             f"{close_matches(str(train.optimizer), list(OPTIMIZERS))}")
+        raise CapsbenchError(
+            f"{where}.optimizer={train.optimizer!r} is not an optimizer: "
+            f"{close_matches(str(train.optimizer), list(OPTIMIZERS))}"
+        )
     if not 0.0 <= train.momentum < 1.0:
         raise CapsbenchError(f"{where}.momentum must be in [0, 1), got {train.momentum}; e.g. 0.9")
     if train.weight_decay < 0.0:
@@ -148,27 +158,37 @@ def check_optimizer(train: DictConfig, where: str) -> None:
         raise CapsbenchError(f"{where}.warmup_epochs must be >= 0, got {train.warmup_epochs}; e.g. 1, or 0 for none")
     milestones = list(train.lr_milestones or [])
     if any(m < 1 for m in milestones) or milestones != sorted(set(milestones)):
-        raise CapsbenchError(f"{where}.lr_milestones must be increasing epoch counts >= 1, got {milestones}; "
-                             f"e.g. [91,136], or null to decay after every epoch")
+        raise CapsbenchError(
+            f"{where}.lr_milestones must be increasing epoch counts >= 1, got {milestones}; "
+            f"e.g. [91,136], or null to decay after every epoch"
+        )
 
 
 def check_training_protocol(train: DictConfig, where: str, suite: str | None) -> None:
     """train.adversarial and its PGD settings, train.augment and its affine ranges, and the suites they apply to."""
     if train.adversarial is not None:
         if train.adversarial not in ADVERSARIAL:
-            raise CapsbenchError(f"{where}.adversarial={train.adversarial!r} is not an adversarial training method: "
-                                 f"{close_matches(str(train.adversarial), list(ADVERSARIAL))}, or null for none")
+            raise CapsbenchError(
+                f"{where}.adversarial={train.adversarial!r} is not an adversarial training method: "
+                f"{close_matches(str(train.adversarial), list(ADVERSARIAL))}, or null for none"
+            )
         if suite in SINGLE_LABEL_ONLY:
-            raise CapsbenchError(f"{where}.adversarial=pgd needs single-label targets, but suite={suite} trains on "
-                                 "multi-hot ones; drop train.adversarial for this suite")
+            raise CapsbenchError(
+                f"{where}.adversarial=pgd needs single-label targets, but suite={suite} trains on "
+                "multi-hot ones; drop train.adversarial for this suite"
+            )
         check_ranges(train, ADV_RULES, where)
     if train.augment is not None:
         if train.augment not in AUGMENTS:
-            raise CapsbenchError(f"{where}.augment={train.augment!r} is not an augmentation: "
-                                 f"{close_matches(str(train.augment), list(AUGMENTS))}, or null for none")
+            raise CapsbenchError(
+                f"{where}.augment={train.augment!r} is not an augmentation: "
+                f"{close_matches(str(train.augment), list(AUGMENTS))}, or null for none"
+            )
         if suite is not None and suite not in AUGMENTS[train.augment]:
-            raise CapsbenchError(f"{where}.augment={train.augment} applies to suite={' or '.join(AUGMENTS[train.augment])} "
-                                 f"(its canvas protocol), not suite={suite}; drop it or run that suite")
+            raise CapsbenchError(
+                f"{where}.augment={train.augment} applies to suite={' or '.join(AUGMENTS[train.augment])} "
+                f"(its canvas protocol), not suite={suite}; drop it or run that suite"
+            )
         check_ranges(train, AFFINE_RULES, where)
 
 
@@ -179,13 +199,32 @@ def check_launch(cfg: DictConfig) -> None:
     if cfg.launcher not in LAUNCHERS:
         raise CapsbenchError(f"unknown launcher {cfg.launcher!r}: {close_matches(cfg.launcher, list(LAUNCHERS))}")
     positive = (lambda v: v >= 0, "a number >= 0")
-    check_ranges(cfg.ray, {"cpus_per_unit": positive, "gpus_per_unit": positive, "max_retries": _at_least(0),
-                           "num_cpus": _optional(_at_least(1), "for all CPUs"),
-                           "num_gpus": _optional(_at_least(0), "for all GPUs")}, "ray")
-    check_ranges(cfg.slurm, {"gpus_per_unit": _at_least(0), "cpus_per_unit": _at_least(1), "time": _at_least(1),
-                             "array_parallelism": _at_least(1), "max_retries": _at_least(0)}, "slurm")
+    check_ranges(
+        cfg.ray,
+        {
+            "cpus_per_unit": positive,
+            "gpus_per_unit": positive,
+            "max_retries": _at_least(0),
+            "num_cpus": _optional(_at_least(1), "for all CPUs"),
+            "num_gpus": _optional(_at_least(0), "for all GPUs"),
+        },
+        "ray",
+    )
+    check_ranges(
+        cfg.slurm,
+        {
+            "gpus_per_unit": _at_least(0),
+            "cpus_per_unit": _at_least(1),
+            "time": _at_least(1),
+            "array_parallelism": _at_least(1),
+            "max_retries": _at_least(0),
+        },
+        "slurm",
+    )
     if cfg.slurm.cluster not in ("slurm", "local"):
-        raise CapsbenchError(f"slurm.cluster must be slurm or local (local processes, for tests), got {cfg.slurm.cluster!r}")
+        raise CapsbenchError(
+            f"slurm.cluster must be slurm or local (local processes, for tests), got {cfg.slurm.cluster!r}"
+        )
     require_extra(cfg.launcher)  # before anything is written, not after the MLflow runs have started
 
 

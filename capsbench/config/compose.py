@@ -44,16 +44,22 @@ def _cli_layer(raw: dict[str, str]) -> dict[str, Any]:
             value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
         except YAMLError as exc:
             problem = str(exc).splitlines()[0]
-            raise CapsbenchError(f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)") from None
+            raise CapsbenchError(
+                f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)"
+            ) from None
         *parents, leaf = key.split(".")
         node = layer
         for depth, part in enumerate(parents):
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 earlier = ".".join(parents[: depth + 1])
-                raise CapsbenchError(f"{key}={text} sets a sub-key of {earlier}, which is also given a value; give one of them")
+                raise CapsbenchError(
+                    f"{key}={text} sets a sub-key of {earlier}, which is also given a value; give one of them"
+                )
         if leaf in node:
-            raise CapsbenchError(f"{key}={text} replaces sub-keys given elsewhere on the command line; give one of them")
+            raise CapsbenchError(
+                f"{key}={text} replaces sub-keys given elsewhere on the command line; give one of them"
+            )
         node[leaf] = value
     return layer
 
@@ -73,7 +79,7 @@ def _check_key(schema: DictConfig, dotted: str, source: str) -> None:
     for depth, part in enumerate(parts):
         path = ".".join(parts[:depth])
         if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
-            return  # free-form mapping (model_args, model_train): checked per model in config_checks
+            return  # free-form mapping (model_args, model_train): checked per model in capsbench.config.checks
         if not isinstance(node, DictConfig) or part not in node:
             valid = list(node.keys()) if isinstance(node, DictConfig) else []
             where = f" under {path!r}" if path else ""
@@ -158,7 +164,9 @@ def compose_suites(overrides: list[str]) -> list[DictConfig]:
         return [compose(overrides)]
     names = [n.strip() for n in value.strip("[]").split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
-        raise CapsbenchError(f"suite=[...] must name distinct suites, e.g. suite=[accuracy,robustness], got suite={value}")
+        raise CapsbenchError(
+            f"suite=[...] must name distinct suites, e.g. suite=[accuracy,robustness], got suite={value}"
+        )
     rest = [o for o in overrides if not o.startswith("suite=")]
     return [compose([*rest, f"suite={name}"]) for name in names]
 
@@ -186,7 +194,9 @@ def _resolve_defaults(cfg: DictConfig) -> str | None:
     when it is the default download directory."""
     out = Path(cfg.output_dir).expanduser().resolve()
     cfg.output_dir = str(out)
-    explicit = "data.root" if cfg.data.root is not None else "CAPSBENCH_DATA" if os.environ.get("CAPSBENCH_DATA") else None
+    explicit = (
+        "data.root" if cfg.data.root is not None else "CAPSBENCH_DATA" if os.environ.get("CAPSBENCH_DATA") else None
+    )
     if cfg.data.root is None:
         cfg.data.root = os.environ.get("CAPSBENCH_DATA") or str(default_data_root())
     cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
@@ -201,7 +211,7 @@ def _resolve_device(cfg: DictConfig) -> None:
     """device=auto -> cuda or cpu, and device=cuda only with a CUDA device: the one check that imports torch."""
     if cfg.device != "auto" and not cfg.device.startswith("cuda"):
         return
-    import torch
+    import torch  # here, last: every other check runs before torch loads
 
     if cfg.device == "auto":
         cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -210,8 +220,10 @@ def _resolve_device(cfg: DictConfig) -> None:
 
 
 def to_dict(cfg: DictConfig) -> dict[str, Any]:
+    """The config as plain containers, interpolations resolved."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
 def to_yaml(cfg: DictConfig) -> str:
+    """The config as YAML text."""
     return OmegaConf.to_yaml(cfg)

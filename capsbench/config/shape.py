@@ -69,7 +69,9 @@ def _example(tp: Any, given: Any = None) -> str:
 
 def _fits(tp: Any, value: Any) -> bool:
     if tp in (int, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and (tp is float or isinstance(value, int))
+        return (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and (tp is float or isinstance(value, int))
+        )
     return tp is Any or isinstance(value, tp)
 
 
@@ -110,19 +112,25 @@ def _check(tp: Any, current: Any, value: Any, path: str, keys: str, source: str)
         if not isinstance(value, dict):
             names = [f.name for f in dataclasses.fields(cls)]
             shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
-            raise CapsbenchError(f"{path}{where} is a group of settings ({shown}), got {_form(value)}; "
-                                 f"set them one by one, e.g. {path}.{names[0]}=...")
+            raise CapsbenchError(
+                f"{path}{where} is a group of settings ({shown}), got {_form(value)}; "
+                f"set them one by one, e.g. {path}.{names[0]}=..."
+            )
         _check_group(cls, current, value, f"{path}.", source)
     elif kind == "mapping":
         elem = _element(tp)
         if not isinstance(value, dict):
             key = (_keys(current) or [keys.upper()])[0]
-            raise CapsbenchError(f"{path}{where} maps {keys} -> {describe(elem)}, got {_form(value)}; "
-                                 f"set one entry per {keys}, e.g. {path}.{key}={_example(elem)}")
+            raise CapsbenchError(
+                f"{path}{where} maps {keys} -> {describe(elem)}, got {_form(value)}; "
+                f"set one entry per {keys}, e.g. {path}.{key}={_example(elem)}"
+            )
         for k, v in value.items():
             _check(elem, current.get(k) if isinstance(current, DictConfig) else None, v, f"{path}.{k}", "name", source)
     elif kind == "list" and not isinstance(value, list):
-        raise CapsbenchError(f"{path}{where} takes {describe(tp)}, got {_form(value)}; e.g. {path}={_example(tp, value)}")
+        raise CapsbenchError(
+            f"{path}{where} takes {describe(tp)}, got {_form(value)}; e.g. {path}={_example(tp, value)}"
+        )
     elif kind == "value" and isinstance(value, (dict, list)):
         raise CapsbenchError(f"{path}{where} takes {describe(tp)}, got {_form(value)}; e.g. {path}={_example(tp)}")
 

@@ -77,7 +77,9 @@ def cpu_peak_rss(spec: StepSpec, *, timeout_s: float = PROBE_TIMEOUT_S) -> RssPe
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"memory probe for {spec.model} ({spec.mode}, batch {spec.batch}) ran past {timeout_s} s") from None
+        raise RuntimeError(
+            f"memory probe for {spec.model} ({spec.mode}, batch {spec.batch}) ran past {timeout_s} s"
+        ) from None
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])
         raise RuntimeError(f"memory probe for {spec.model} ({spec.mode}, batch {spec.batch}) failed:\n{tail}")

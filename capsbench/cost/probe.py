@@ -40,6 +40,7 @@ def reset_peak_rss() -> None:
 
 
 def main(argv: list[str]) -> None:
+    """Run one memory probe described by the command line and print its JSON result."""
     raw = json.loads(argv[1])
     spec = StepSpec(**{**raw, "image_shape": tuple(raw["image_shape"])})
     torch.manual_seed(spec.seed)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from capsbench.cost.probe import current_rss, peak_rss, reset_peak_rss
 from capsbench.cost.timing import median_seconds
 from capsbench.models.capsules import CapsuleVotes, squash
 from capsbench.models.routing import DynamicRouting
@@ -51,6 +52,7 @@ class Setup:
 
 
 def make_setup(batch: int, iterations: int = 3, device: str = "cpu", seed: int = 0, **sizes: int) -> Setup:
+    """Seeded votes and a routing module at Sabour's sizes (or `sizes`) for timing routing."""
     torch.manual_seed(seed)
     dims = {**SABOUR, **sizes}
     votes = CapsuleVotes(**dims).to(device)
@@ -72,6 +74,7 @@ def ours_step(setup: Setup, precision: str = "fp32", compile_model: bool = False
 
 
 def reference_step(setup: Setup, precision: str = "fp32"):
+    """One forward + backward of the broadcast-matmul reference routing on the setup's votes."""
     def step() -> torch.Tensor:
         with autocast(setup.u.device.type, precision):
             v = reference_forward(setup.u, setup.weight, setup.iterations)
@@ -87,7 +90,11 @@ def max_differences(setup: Setup) -> dict[str, float]:
     for name, step in (("ours", ours_step(setup)), ("reference", reference_step(setup))):
         setup.u.grad, setup.votes.weight.grad, setup.weight.grad = None, None, None
         v = step().detach()
-        diffs[name] = (v, setup.u.grad.clone(), (setup.votes.weight.grad if name == "ours" else setup.weight.grad).clone())
+        diffs[name] = (
+            v,
+            setup.u.grad.clone(),
+            (setup.votes.weight.grad if name == "ours" else setup.weight.grad).clone(),
+        )
     (v1, gu1, gw1), (v2, gu2, gw2) = diffs["ours"], diffs["reference"]
     gw2 = gw2.squeeze(0).permute(0, 3, 1, 2).reshape_as(gw1)  # back to (in, D_in, out * D_out)
     return {
@@ -121,15 +128,15 @@ def peak_memory_bytes(which: str, batch: int, precision: str, device: str) -> in
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
     args = json.dumps({"which": which, "batch": batch, "precision": precision})
-    done = subprocess.run([sys.executable, "-m", "capsbench.cost.routing_bench", args], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "capsbench.cost.routing_bench", args], capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
         raise RuntimeError(f"memory subprocess for {which} failed: {done.stderr.strip().splitlines()[-1:]}")
     return int(done.stdout.strip().splitlines()[-1])
 
 
 def _memory_child(raw: str) -> None:
-    from capsbench.cost.probe import current_rss, peak_rss, reset_peak_rss
-
     spec = json.loads(raw)
     setup = make_setup(spec["batch"])
     step = ours_step(setup, spec["precision"]) if spec["which"] == "ours" else reference_step(setup, spec["precision"])

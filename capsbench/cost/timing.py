@@ -42,6 +42,7 @@ def time_call(fn: Callable[[], object], *, device: str, warmup: int, repeats: in
 
 
 def median_seconds(fn: Callable[[], object], *, device: str, warmup: int, repeats: int) -> float:
+    """Median wall time of `fn` over `repeats` calls after `warmup` calls (CUDA-synchronised on GPU)."""
     return statistics.median(time_call(fn, device=device, warmup=warmup, repeats=repeats))
 
 
@@ -112,7 +113,9 @@ def time_iterations(
     return IterationTiming(seconds, slope, intercept, events)
 
 
-def _event_iteration_seconds(module: nn.Module, inputs: tuple[torch.Tensor, ...], r: int, warmup: int, repeats: int) -> float:
+def _event_iteration_seconds(
+    module: nn.Module, inputs: tuple[torch.Tensor, ...], r: int, warmup: int, repeats: int
+) -> float:
     """Median over repeats of the mean time between CUDA events recorded after consecutive iterations."""
     module.iterations = r
     per_repeat = []

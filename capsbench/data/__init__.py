@@ -21,7 +21,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Splits, load_splits, batches, as_images, random_shift: imported (with torch) on first use. Their modules are named
+    """Splits, load_splits, batches, as_images, random_shift: imported (with torch) on first use. Their modules are
+    named
     differently from them, so importing a module never shadows the function of the same name."""
     if name in _LAZY:
         return load(_LAZY[name])

@@ -24,25 +24,32 @@ class AugmentRanges:
     max_scale: float = 1.2
 
 
-def affine_matrices(rotation_deg: torch.Tensor, shear: torch.Tensor, scale_x: torch.Tensor, scale_y: torch.Tensor) -> torch.Tensor:
+def affine_matrices(
+    rotation_deg: torch.Tensor, shear: torch.Tensor, scale_x: torch.Tensor, scale_y: torch.Tensor
+) -> torch.Tensor:
     """(N,) each -> (N, 2, 2): A = R(rotation) @ H(shear) @ S(scale_x, scale_y) on (x, y) column vectors, y down;
     the batched form of capsbench.data.canvas.affine_matrix (same convention, same entries)."""
     theta = rotation_deg * (math.pi / 180.0)
     c, s = torch.cos(theta), torch.sin(theta)
-    rows = [torch.stack([c * scale_x, (c * shear + s) * scale_y], dim=-1),
-            torch.stack([-s * scale_x, (c - s * shear) * scale_y], dim=-1)]
+    rows = [
+        torch.stack([c * scale_x, (c * shear + s) * scale_y], dim=-1),
+        torch.stack([-s * scale_x, (c - s * shear) * scale_y], dim=-1),
+    ]
     return torch.stack(rows, dim=-2)  # (N, 2, 2)
 
 
 def draw_transforms(n: int, ranges: AugmentRanges, generator: torch.Generator) -> torch.Tensor:
     """(n, 4) float64 draws: rotation_deg, shear, scale_x, scale_y, each uniform in its range."""
     u = torch.rand(n, 4, generator=generator, dtype=torch.float64)  # (n, 4) in [0, 1)
-    return torch.stack([
-        (2 * u[:, 0] - 1) * ranges.max_rotation_deg,
-        (2 * u[:, 1] - 1) * ranges.max_shear,
-        ranges.min_scale + u[:, 2] * (ranges.max_scale - ranges.min_scale),
-        ranges.min_scale + u[:, 3] * (ranges.max_scale - ranges.min_scale),
-    ], dim=1)
+    return torch.stack(
+        [
+            (2 * u[:, 0] - 1) * ranges.max_rotation_deg,
+            (2 * u[:, 1] - 1) * ranges.max_shear,
+            ranges.min_scale + u[:, 2] * (ranges.max_scale - ranges.min_scale),
+            ranges.min_scale + u[:, 3] * (ranges.max_scale - ranges.min_scale),
+        ],
+        dim=1,
+    )
 
 
 def warp_about_centre(images: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
@@ -50,7 +57,9 @@ def warp_about_centre(images: torch.Tensor, matrices: torch.Tensor) -> torch.Ten
     images (N, C, S, S) float, matrices (N, 2, 2) -> (N, C, S, S). Uses A^-1 as grid_sample's output-to-input map
     (align_corners=True: normalised coordinates are pixel offsets from the centre divided by (S - 1) / 2)."""
     inverse = torch.linalg.inv(matrices.to(torch.float64)).to(images.dtype)  # (N, 2, 2)
-    theta = torch.cat([inverse, torch.zeros(len(images), 2, 1, dtype=images.dtype)], dim=2).to(images.device)  # (N, 2, 3)
+    theta = torch.cat([inverse, torch.zeros(len(images), 2, 1, dtype=images.dtype)], dim=2).to(
+        images.device
+    )  # (N, 2, 3)
     grid = F.affine_grid(theta, list(images.shape), align_corners=True)  # (N, S, S, 2) source (x, y) per output pixel
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
 
@@ -83,8 +92,9 @@ def place_keeping_ink(images: torch.Tensor, generator: torch.Generator) -> tuple
     return moved.view_as(images), shift
 
 
-def random_affine_on_canvas(images: torch.Tensor, canvas: int, ranges: AugmentRanges, generator: torch.Generator
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+def random_affine_on_canvas(
+    images: torch.Tensor, canvas: int, ranges: AugmentRanges, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Training digits (N, C, h, h) in [0, 1] -> (N, C, canvas, canvas): centred on the canvas, warped by a random
     affine transform about its centre, then placed uniformly among the ink-preserving integer shifts.
     Returns the images and the per-image parameters (N, 6): rotation_deg, shear, scale_x, scale_y, shift_x, shift_y."""

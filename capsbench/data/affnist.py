@@ -37,13 +37,19 @@ def read_affnist_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     try:
         data = loadmat(str(path), variable_names=[STRUCT])
     except (OSError, ValueError, NotImplementedError) as exc:  # scipy's errors for unreadable / v7.3 files
-        raise CapsbenchError(f"cannot read affNIST file {path}: {exc}; expected the MATLAB files from the affNIST page") from exc
+        raise CapsbenchError(
+            f"cannot read affNIST file {path}: {exc}; expected the MATLAB files from the affNIST page"
+        ) from exc
     if STRUCT not in data:
-        raise CapsbenchError(f"{path} has no variable {STRUCT!r}: expected an affNIST .mat file (test.mat or test_batches/N.mat)")
+        raise CapsbenchError(
+            f"{path} has no variable {STRUCT!r}: expected an affNIST .mat file (test.mat or test_batches/N.mat)"
+        )
     record = data[STRUCT][0, 0]
     missing = {"image", "label_int"} - set(record.dtype.names or ())
     if missing:
-        raise CapsbenchError(f"{path}: struct {STRUCT!r} lacks field(s) {sorted(missing)}; expected image and label_int")
+        raise CapsbenchError(
+            f"{path}: struct {STRUCT!r} lacks field(s) {sorted(missing)}; expected image and label_int"
+        )
     image, label = np.asarray(record["image"]), np.asarray(record["label_int"]).reshape(-1)
     if image.shape[0] != SIDE * SIDE or image.shape[1] != label.shape[0]:
         raise CapsbenchError(

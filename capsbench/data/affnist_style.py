@@ -95,13 +95,17 @@ def generate(images: torch.Tensor, labels: torch.Tensor, ranges: AffineRanges) -
             shifts[i, axis] = lo + math.floor(draws[i, 4 + axis] * (hi - lo + 1))
     if squeezed:
         log.warning("affNIST-style set: %d axis placement(s) could not keep all ink on the canvas", squeezed)
-    out = torch.cat([warp(canvas[i : i + 1000], matrices[i : i + 1000], shifts[i : i + 1000]) for i in range(0, n, 1000)])
+    out = torch.cat(
+        [warp(canvas[i : i + 1000], matrices[i : i + 1000], shifts[i : i + 1000]) for i in range(0, n, 1000)]
+    )
     params = torch.from_numpy(np.stack([rot, shear, scales[:, 0], scales[:, 1]], axis=1))
     params = torch.cat([params, shifts], dim=1)  # (N, 6): rotation_deg, shear, scale_x, scale_y, shift_x, shift_y
     return AffineSet(out, labels.clone(), params, content_hash(out, labels))
 
 
-def cached_affnist_style(images: torch.Tensor, labels: torch.Tensor, ranges: AffineRanges, cache_dir: Path) -> AffineSet:
+def cached_affnist_style(
+    images: torch.Tensor, labels: torch.Tensor, ranges: AffineRanges, cache_dir: Path
+) -> AffineSet:
     """The generated set from <cache_dir>/affnist_style/<key>.pt, generating and saving it on first use.
 
     The key covers the ranges, the seed and the source digits' hash, so a different subset or seed is a new file.

@@ -20,7 +20,8 @@ def _margin(images: torch.Tensor, size: int) -> int:
 
 
 def centre_on_canvas(images: torch.Tensor, size: int) -> torch.Tensor:
-    """Pad (B, C, h, h) images to (B, C, size, size) with the image in the middle (the extra pixel, if odd, at bottom/right)."""
+    """Pad (B, C, h, h) images to (B, C, size, size) with the image in the middle (the extra pixel, if odd, at
+    bottom/right)."""
     margin = _margin(images, size)
     before = margin // 2
     return F.pad(images, (before, margin - before, before, margin - before))
@@ -35,7 +36,9 @@ def random_place_on_canvas(images: torch.Tensor, size: int, generator: torch.Gen
     margin = _margin(images, size)
     b, c, h, w = images.shape
     offsets = random_integers(0, margin + 1, (2, b, 1, 1), generator, images.device)
-    canvas_rows = torch.arange(size, device=images.device).view(1, size, 1) - offsets[0]  # (B, size, 1) row in the image
+    canvas_rows = (
+        torch.arange(size, device=images.device).view(1, size, 1) - offsets[0]
+    )  # (B, size, 1) row in the image
     canvas_cols = torch.arange(size, device=images.device).view(1, 1, size) - offsets[1]  # (B, 1, size)
     inside = (canvas_rows >= 0) & (canvas_rows < h) & (canvas_cols >= 0) & (canvas_cols < w)  # (B, size, size)
     index = (canvas_rows.clamp(0, h - 1) * w + canvas_cols.clamp(0, w - 1)).view(b, 1, size * size)
@@ -43,7 +46,9 @@ def random_place_on_canvas(images: torch.Tensor, size: int, generator: torch.Gen
     return placed * inside.unsqueeze(1).to(placed.dtype)
 
 
-def affine_matrix(*, rotation_deg: float = 0.0, shear: float = 0.0, scale_x: float = 1.0, scale_y: float = 1.0) -> torch.Tensor:
+def affine_matrix(
+    *, rotation_deg: float = 0.0, shear: float = 0.0, scale_x: float = 1.0, scale_y: float = 1.0
+) -> torch.Tensor:
     """A = R(rotation) @ H(shear) @ S(scale_x, scale_y), float64 (2, 2), acting on (x, y) column vectors.
 
     Scaling applies first, then the horizontal shear x' = x + shear * y, then the rotation; positive angles

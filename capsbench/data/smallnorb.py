@@ -40,7 +40,8 @@ def _find(folder: Path, name: str) -> Path:
         if candidate.exists():
             return candidate
     raise CapsbenchError(
-        f"smallNORB not found: expected {name} (or {name}.gz) in {folder}. Download the training and testing -dat and -cat files of "
+        f"smallNORB not found: expected {name} (or {name}.gz) in {folder}. Download the training and testing "
+        f"-dat and -cat files of "
         "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/ into <data.root>/smallNORB/ (torchvision has no loader)"
     )
 

@@ -13,7 +13,12 @@ from torchvision.datasets import CIFAR10, SVHN, FashionMNIST
 from capsbench.errors import CapsbenchError
 
 Arrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-FASHION_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+FASHION_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 CIFAR_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 SVHN_FILES = ("train_32x32.mat", "test_32x32.mat")
 
@@ -65,7 +70,8 @@ def _svhn_split(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def load_svhn(root: Path, download: bool) -> Arrays:
-    """SVHN cropped digits (Netzer et al. 2011) from <root>/SVHN/{train,test}_32x32.mat: 73,257/26,032, (N, 3, 32, 32)."""
+    """SVHN cropped digits (Netzer et al. 2011) from <root>/SVHN/{train,test}_32x32.mat: 73,257/26,032, (N, 3, 32,
+    32)."""
     folder = Path(root) / "SVHN"
     if not _require(folder, SVHN_FILES, "SVHN", download):
         for split in ("train", "test"):

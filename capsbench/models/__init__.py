@@ -28,7 +28,9 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str):
-            raise TypeError(f"ModelSpec takes the class as 'package.module:Class' (imported lazily), got {self.target!r}")
+            raise TypeError(
+                f"ModelSpec takes the class as 'package.module:Class' (imported lazily), got {self.target!r}"
+            )
         split_target(self.target)
 
     @property
@@ -45,51 +47,83 @@ MODELS: Registry[ModelSpec] = Registry("model")
 
 
 def register_model(name: str, spec: ModelSpec) -> None:
+    """Add a model to the registry under `name`; a name already taken is an error."""
     MODELS.register(name)(spec)
 
 
-register_model("capsnet", ModelSpec(
-    "capsbench.models.capsnet:CapsNet",
-    "Sabour et al. 2017 CapsNet: conv 256@9x9, 32x8D primary caps, 10x16D class caps, r=3, decoder",
-))
-register_model("cnn_sabour", ModelSpec(
-    "capsbench.models.cnn:ConvNet",
-    "Sabour et al. 2017 baseline CNN: conv 256,256,128 @5x5 (same), FC 328,192, dropout; 35.4 M params",
-    {"channels": (256, 256, 128), "kernel_size": 5, "padding": "same", "fc": (328, 192)},
-))
-register_model("cnn_9x9", ModelSpec(
-    "capsbench.models.cnn:ConvNet",
-    "9x9-kernel CNN of CapsNet's size (Gu et al. 2021): conv 256,256,128 @9x9 (valid), FC 328,192; 8.7 M",
-    {"channels": (256, 256, 128), "kernel_size": 9, "padding": "valid", "fc": (328, 192)},
-))
+register_model(
+    "capsnet",
+    ModelSpec(
+        "capsbench.models.capsnet:CapsNet",
+        "Sabour et al. 2017 CapsNet: conv 256@9x9, 32x8D primary caps, 10x16D class caps, r=3, decoder",
+    ),
+)
+register_model(
+    "cnn_sabour",
+    ModelSpec(
+        "capsbench.models.cnn:ConvNet",
+        "Sabour et al. 2017 baseline CNN: conv 256,256,128 @5x5 (same), FC 328,192, dropout; 35.4 M params",
+        {"channels": (256, 256, 128), "kernel_size": 5, "padding": "same", "fc": (328, 192)},
+    ),
+)
+register_model(
+    "cnn_9x9",
+    ModelSpec(
+        "capsbench.models.cnn:ConvNet",
+        "9x9-kernel CNN of CapsNet's size (Gu et al. 2021): conv 256,256,128 @9x9 (valid), FC 328,192; 8.7 M",
+        {"channels": (256, 256, 128), "kernel_size": 9, "padding": "valid", "fc": (328, 192)},
+    ),
+)
 
-register_model("cnn_multimnist", ModelSpec(
-    "capsbench.models.cnn_pooled:PooledConvNet",
-    "Sabour et al. 2017 MultiMNIST baseline: conv 512@9x9, pool, conv 256@5x5, pool, FC 1024; 24.56 M",
-))
-register_model("capsnet_em", ModelSpec(
-    "capsbench.models.capsnet_em:CapsNetEM",
-    "Hinton et al. 2018 matrix capsules, EM routing r=3, coordinate addition, spread loss; small A,B,C,D=64,8,16,16",
-))
-register_model("effcapsnet", ModelSpec(
-    "capsbench.models.effcapsnet:EfficientCapsNet",
-    "Mazzia et al. 2021 Efficient-CapsNet: depthwise primary caps, self-attention routing; 161,824 params + decoder",
-))
-register_model("srcapsnet", ModelSpec(
-    "capsbench.models.srcapsnet:SRCapsNet",
-    "Hahn et al. 2019 self-routing capsules on a small 3-block CNN (or backbone=resnet20): 32 types x 16D, one 3x3/2 caps layer",
-))
-register_model("cnn_avgpool", ModelSpec(
-    "capsbench.models.backbone:AvgPoolCNN",
-    "Hahn et al. 2019 AvgPool baseline: srcapsnet's backbone, global average pooling, linear classifier",
-))
+register_model(
+    "cnn_multimnist",
+    ModelSpec(
+        "capsbench.models.cnn_pooled:PooledConvNet",
+        "Sabour et al. 2017 MultiMNIST baseline: conv 512@9x9, pool, conv 256@5x5, pool, FC 1024; 24.56 M",
+    ),
+)
+register_model(
+    "capsnet_em",
+    ModelSpec(
+        "capsbench.models.capsnet_em:CapsNetEM",
+        "Hinton et al. 2018 matrix capsules, EM routing r=3, coordinate addition, spread loss; small "
+        "A,B,C,D=64,8,16,16",
+    ),
+)
+register_model(
+    "effcapsnet",
+    ModelSpec(
+        "capsbench.models.effcapsnet:EfficientCapsNet",
+        "Mazzia et al. 2021 Efficient-CapsNet: depthwise primary caps, self-attention routing; 161,824 params + "
+        "decoder",
+    ),
+)
+register_model(
+    "srcapsnet",
+    ModelSpec(
+        "capsbench.models.srcapsnet:SRCapsNet",
+        "Hahn et al. 2019 self-routing capsules on a small 3-block CNN (or backbone=resnet20): 32 types x 16D, "
+        "one 3x3/2 caps layer",
+    ),
+)
+register_model(
+    "cnn_avgpool",
+    ModelSpec(
+        "capsbench.models.backbone:AvgPoolCNN",
+        "Hahn et al. 2019 AvgPool baseline: srcapsnet's backbone, global average pooling, linear classifier",
+    ),
+)
 
 for _depth, _n, _size in ((20, 3, "0.27"), (56, 9, "0.85"), (110, 18, "1.7")):
-    register_model(f"resnet{_depth}", ModelSpec(
-        "capsbench.models.resnet:CifarResNet",
-        f"He et al. 2016 CIFAR ResNet-{_depth}: 6n+2 layers (n={_n}), 16/32/64 filters, option-A shortcuts, "
-        f"global average pooling; {_size} M params", {"blocks": _n},
-    ))
+    register_model(
+        f"resnet{_depth}",
+        ModelSpec(
+            "capsbench.models.resnet:CifarResNet",
+            f"He et al. 2016 CIFAR ResNet-{_depth}: 6n+2 layers (n={_n}), 16/32/64 filters, option-A shortcuts, "
+            f"global average pooling; {_size} M params",
+            {"blocks": _n},
+        ),
+    )
 
 
 def check_model_arguments(name: str, overrides: dict[str, Any]) -> None:
@@ -97,9 +131,7 @@ def check_model_arguments(name: str, overrides: dict[str, Any]) -> None:
     valid = MODELS.get(name).arguments()
     for key in overrides:
         if key not in valid:
-            raise CapsbenchError(
-                f"model {name!r} has no argument {key!r}: {close_matches(key, list(valid))}"
-            )
+            raise CapsbenchError(f"model {name!r} has no argument {key!r}: {close_matches(key, list(valid))}")
 
 
 def create_model(name: str, **overrides: Any) -> Classifier:
@@ -112,6 +144,7 @@ def create_model(name: str, **overrides: Any) -> Classifier:
 
 
 def list_models() -> list[str]:
+    """The registered model names, sorted."""
     return MODELS.names()
 
 
@@ -125,6 +158,13 @@ __getattr__ = lazy_attributes(__name__, _LAZY)  # the model base classes, import
 
 
 __all__ = [
-    "MODELS", "Classifier", "LogitsAdapter", "ModelOutput", "ModelSpec",
-    "check_model_arguments", "create_model", "list_models", "register_model",
+    "MODELS",
+    "Classifier",
+    "LogitsAdapter",
+    "ModelOutput",
+    "ModelSpec",
+    "check_model_arguments",
+    "create_model",
+    "list_models",
+    "register_model",
 ]

@@ -67,7 +67,11 @@ class CapsNetEM(Classifier):
         super().__init__()
         if (image_size - 5) // 2 + 1 < 7:
             raise ValueError(f"image_size {image_size} is too small for capsnet_em (needs >= 17)")
-        em = {"iterations": routing_iterations, "inverse_temperature": inverse_temperature, "min_variance": min_variance}
+        em = {
+            "iterations": routing_iterations,
+            "inverse_temperature": inverse_temperature,
+            "min_variance": min_variance,
+        }
         self.conv = nn.Conv2d(in_channels, a_channels, 5, 2)
         self.primary = PrimaryMatrixCaps(in_channels=a_channels, types=b_types)
         self.caps1 = ConvMatrixCaps(in_types=b_types, out_types=c_types, kernel_size=3, stride=2, **em)

@@ -45,7 +45,9 @@ class ConvNet(SoftmaxClassifier):
             prev = ch
             size = size if padding == "same" else size - kernel_size + 1
         if size < 1:
-            raise ValueError(f"image_size {image_size} is too small for {len(channels)} valid {kernel_size}x{kernel_size} convs")
+            raise ValueError(
+                f"image_size {image_size} is too small for {len(channels)} valid {kernel_size}x{kernel_size} convs"
+            )
         self.features = nn.Sequential(*convs)
         dims = [prev * size * size, *fc]
         layers: list[nn.Module] = []

@@ -75,11 +75,14 @@ class EfficientCapsNet(VectorCapsuleClassifier):
         return saturating(exp_squash, h.view(-1, self.primary_caps, self.primary_dim))  # (B, primary_caps, primary_dim)
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
-        poses, pre_squash = self.routing(self.primary_capsules(x), return_pre_squash=True)  # (B, num_classes, class_dim)
+        poses, pre_squash = self.routing(
+            self.primary_capsules(x), return_pre_squash=True
+        )  # (B, num_classes, class_dim)
         lengths = poses.norm(dim=-1)  # (B, num_classes)
         recon = decode(self.decoder, poses, lengths, labels)
-        return ModelOutput(scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon,
-                           pre_squash=pre_squash)
+        return ModelOutput(
+            scores=lengths, logits=capsule_logits(lengths), poses=poses, reconstructions=recon, pre_squash=pre_squash
+        )
 
     def vote_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Vote surrogate (Gu et al., arXiv:2102.10055): exp_squash(mean_i u_hat_j|i), uniform coupling instead of

@@ -56,17 +56,22 @@ class ConvMatrixCaps(nn.Module):
         self.in_types, self.out_types, self.kernel_size, self.stride = in_types, out_types, kernel_size, stride
         self.weight = _vote_weights(kernel_size * kernel_size * in_types, out_types)
         self.routing = EMRouting(
-            out_types=out_types, iterations=iterations, inverse_temperature=inverse_temperature, min_variance=min_variance
+            out_types=out_types,
+            iterations=iterations,
+            inverse_temperature=inverse_temperature,
+            min_variance=min_variance,
         )
 
     def _windows(self, grid: torch.Tensor, dim: int) -> torch.Tensor:
         """(N, H, W, T, dim) -> (N * L, kk * T, dim): the children of each of the L output positions."""
         n, h, w, t, _ = grid.shape
         cols = F.unfold(grid.permute(0, 3, 4, 1, 2).reshape(n, t * dim, h, w), self.kernel_size, stride=self.stride)
-        cols = cols.view(n, t, dim, self.kernel_size ** 2, -1)  # (N, T, dim, kk, L)
-        return cols.permute(0, 4, 3, 1, 2).reshape(-1, self.kernel_size ** 2 * t, dim)  # (N*L, kk*T, dim)
+        cols = cols.view(n, t, dim, self.kernel_size**2, -1)  # (N, T, dim, kk, L)
+        return cols.permute(0, 4, 3, 1, 2).reshape(-1, self.kernel_size**2 * t, dim)  # (N*L, kk*T, dim)
 
-    def forward(self, pose: torch.Tensor, a: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, pose: torch.Tensor, a: torch.Tensor, iterations: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n, h, w = pose.shape[:3]
         out_h, out_w = (h - self.kernel_size) // self.stride + 1, (w - self.kernel_size) // self.stride + 1
         m = self._windows(pose, POSE).view(n * out_h * out_w, -1, 4, 4)  # (N*L, kk*T, 4, 4)
@@ -87,15 +92,27 @@ class ClassMatrixCaps(nn.Module):
         -> poses (N, classes, 16), activation logits (N, classes) (activations are their sigmoid).
     """
 
-    def __init__(self, *, in_types: int, num_classes: int, iterations: int = 3, inverse_temperature: float = 0.01,
-                 min_variance: float = MIN_VARIANCE):
+    def __init__(
+        self,
+        *,
+        in_types: int,
+        num_classes: int,
+        iterations: int = 3,
+        inverse_temperature: float = 0.01,
+        min_variance: float = MIN_VARIANCE,
+    ):
         super().__init__()
         self.weight = _vote_weights(in_types, num_classes)
         self.routing = EMRouting(
-            out_types=num_classes, iterations=iterations, inverse_temperature=inverse_temperature, min_variance=min_variance
+            out_types=num_classes,
+            iterations=iterations,
+            inverse_temperature=inverse_temperature,
+            min_variance=min_variance,
         )
 
-    def forward(self, pose: torch.Tensor, a: torch.Tensor, iterations: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, pose: torch.Tensor, a: torch.Tensor, iterations: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n, h, w, t, _ = pose.shape
         m = pose.view(n, h, w, t, 4, 4)
         votes = torch.einsum("nhwtrk,tokc->nohwtrc", m, self.weight)  # (N, classes, H, W, T, 4, 4)

@@ -58,19 +58,38 @@ class SRCapsNet(Classifier):
             self.backbone = ResNetTrunk(in_channels=in_channels, blocks=resnet_blocks(backbone))
             size = ResNetTrunk.output_size(image_size)
         feat = self.backbone.out_channels
-        self.primary_act = nn.Sequential(nn.Conv2d(feat, caps_types, 3, 1, 1), nn.BatchNorm2d(caps_types))  # sigmoid below
+        self.primary_act = nn.Sequential(
+            nn.Conv2d(feat, caps_types, 3, 1, 1), nn.BatchNorm2d(caps_types)
+        )  # sigmoid below
         self.primary_pose = nn.Sequential(
             nn.Conv2d(feat, caps_types * caps_dim, 3, 1, 1), nn.BatchNorm2d(caps_types * caps_dim)
         )
         self.layers = nn.ModuleList()
         self.pose_norms = nn.ModuleList()
         for _ in range(caps_layers):
-            self.layers.append(SelfRouting2d(in_types=caps_types, out_types=caps_types, in_dim=caps_dim,
-                                             out_dim=caps_dim, kernel_size=3, stride=2, padding=1))
+            self.layers.append(
+                SelfRouting2d(
+                    in_types=caps_types,
+                    out_types=caps_types,
+                    in_dim=caps_dim,
+                    out_dim=caps_dim,
+                    kernel_size=3,
+                    stride=2,
+                    padding=1,
+                )
+            )
             self.pose_norms.append(nn.BatchNorm2d(caps_types * caps_dim))
             size = (size - 1) // 2 + 1
-        self.classes = SelfRouting2d(in_types=caps_types, out_types=num_classes, in_dim=caps_dim, out_dim=1,
-                                     kernel_size=size, stride=1, padding=0, pose_out=False)
+        self.classes = SelfRouting2d(
+            in_types=caps_types,
+            out_types=num_classes,
+            in_dim=caps_dim,
+            out_dim=1,
+            kernel_size=size,
+            stride=1,
+            padding=0,
+            pose_out=False,
+        )
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
         h = self.backbone(x)  # (B, feat, H', W')

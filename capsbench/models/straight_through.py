@@ -27,6 +27,7 @@ def straight_through(active: bool = True) -> Iterator[None]:
 
 
 def is_active() -> bool:
+    """Whether the straight-through switch is on in this thread."""
     return _ACTIVE.get()
 
 

@@ -64,6 +64,7 @@ def load_baselines(directory: Path | None = None) -> list[Published]:
 
 
 def load_file(path: Path) -> list[Published]:
+    """The validated published numbers of one baselines YAML file."""
     label, results = read_sourced_list(path, "results")
     return [_entry(path, i, raw, label) for i, raw in enumerate(results)]
 
@@ -114,7 +115,9 @@ def _entry(path: Path, index: int, raw: Any, source: str) -> Published:
     entry = check_mapping(path, where, raw, _RESULT_KEYS, _REQUIRED_RESULT)
     for key in ("suite", "dataset", "model", "metric"):
         if not NAME.match(entry[key]):
-            raise CapsbenchError(f"{path}: '{where}.{key}' = {entry[key]!r} may use only letters, digits, '_ - . / space'")
+            raise CapsbenchError(
+                f"{path}: '{where}.{key}' = {entry[key]!r} may use only letters, digits, '_ - . / space'"
+            )
     for key in ("value", "std"):
         if key in entry and not math.isfinite(entry[key]):
             raise CapsbenchError(f"{path}: '{where}.{key}' must be a finite number, got {entry[key]!r}")
@@ -122,10 +125,17 @@ def _entry(path: Path, index: int, raw: Any, source: str) -> Published:
         raise CapsbenchError(f"{path}: '{where}.std' must be >= 0, got {entry['std']!r}")
     _check_metric(path, where, entry)
     return Published(
-        source=source, suite=entry["suite"], dataset=entry["dataset"], model=entry["model"], metric=entry["metric"],
-        value=float(entry["value"]), where=entry["where"], protocol=entry["protocol"],
+        source=source,
+        suite=entry["suite"],
+        dataset=entry["dataset"],
+        model=entry["model"],
+        metric=entry["metric"],
+        value=float(entry["value"]),
+        where=entry["where"],
+        protocol=entry["protocol"],
         std=float(entry["std"]) if "std" in entry else None,
-        model_args=dict(entry.get("model_args", {})), sweep=dict(entry.get("sweep", {})),
+        model_args=dict(entry.get("model_args", {})),
+        sweep=dict(entry.get("sweep", {})),
     )
 
 
@@ -136,12 +146,16 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
     suite = SUITES.get(entry["suite"])
     declared = [m.name for m in suite.metrics]
     if entry["metric"] not in declared:
-        raise CapsbenchError(f"{path}: '{where}.metric' = {entry['metric']!r} is not a metric of suite "
-                             f"{entry['suite']!r}; expected one of: {', '.join(declared)}")
+        raise CapsbenchError(
+            f"{path}: '{where}.metric' = {entry['metric']!r} is not a metric of suite "
+            f"{entry['suite']!r}; expected one of: {', '.join(declared)}"
+        )
     for col in entry.get("sweep", {}):
         if col not in suite.sweep_columns:
-            raise CapsbenchError(f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "
-                                 f"expected one of: {', '.join(suite.sweep_columns) or '(none)'}")
+            raise CapsbenchError(
+                f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "
+                f"expected one of: {', '.join(suite.sweep_columns) or '(none)'}"
+            )
 
 
 def matching(entries: list[Published], *, suite: str, model_args: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
@@ -161,8 +175,15 @@ def matching(entries: list[Published], *, suite: str, model_args: dict[str, dict
             if cell not in best or len(e.model_args) > best[cell][0]:
                 best[cell] = (len(e.model_args), e)
     return [
-        {"model": e.model, "dataset": e.dataset, "metric": e.metric, **e.sweep, "value": e.value, "std": e.std,
-         "footnote": e.footnote}
+        {
+            "model": e.model,
+            "dataset": e.dataset,
+            "metric": e.metric,
+            **e.sweep,
+            "value": e.value,
+            "std": e.std,
+            "footnote": e.footnote,
+        }
         for _, e in best.values()
     ]
 

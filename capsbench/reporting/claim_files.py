@@ -74,6 +74,7 @@ def load_claims(directory: Path | None = None) -> list[Claim]:
 
 
 def load_claims_file(path: Path) -> list[Claim]:
+    """The validated claims of one claims YAML file."""
     source, claims = read_sourced_list(path, "claims")
     return [_claim(path, f"claims[{i}]", raw, source) for i, raw in enumerate(claims)]
 
@@ -82,24 +83,40 @@ def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
     entry = check_mapping(path, where, raw, _CLAIM_KEYS, _REQUIRED_CLAIM)
     for key in ("suite", "dataset", "metric"):
         if not NAME.match(entry[key]):
-            raise CapsbenchError(f"{path}: '{where}.{key}' = {entry[key]!r} may use only letters, digits, '_ - . / space'")
+            raise CapsbenchError(
+                f"{path}: '{where}.{key}' = {entry[key]!r} may use only letters, digits, '_ - . / space'"
+            )
     ratio = entry.get("ratio")
     if ratio is not None and not (math.isfinite(ratio) and ratio > 1):
         raise CapsbenchError(f"{path}: '{where}.ratio' must be a number above 1 (the claimed factor), got {ratio!r}")
     sides = [_side(path, f"{where}.{name}", entry[name]) for name in ("better", "worse")]
     _check_metric(path, where, entry)
     return Claim(
-        id=entry["id"], statement=entry["statement"], source=source, where=entry["where"], suite=entry["suite"],
-        dataset=entry["dataset"], metric=entry["metric"], better=sides[0], worse=sides[1],
-        sweep=dict(entry.get("sweep", {})), ratio=None if ratio is None else float(ratio), note=entry.get("note", ""),
+        id=entry["id"],
+        statement=entry["statement"],
+        source=source,
+        where=entry["where"],
+        suite=entry["suite"],
+        dataset=entry["dataset"],
+        metric=entry["metric"],
+        better=sides[0],
+        worse=sides[1],
+        sweep=dict(entry.get("sweep", {})),
+        ratio=None if ratio is None else float(ratio),
+        note=entry.get("note", ""),
     )
 
 
 def _side(path: Path, where: str, raw: Any) -> Side:
     side = check_mapping(path, where, raw, _SIDE_KEYS, ("model",))
-    return Side(side["model"], None if "published" not in side else float(side["published"]),
-                dict(side.get("model_args", {})), dict(side.get("settings", {})), side.get("training"),
-                side.get("metric"))
+    return Side(
+        side["model"],
+        None if "published" not in side else float(side["published"]),
+        dict(side.get("model_args", {})),
+        dict(side.get("settings", {})),
+        side.get("training"),
+        side.get("metric"),
+    )
 
 
 def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
@@ -109,16 +126,22 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
     suite = SUITES.get(entry["suite"])
     direction = {m.name: m.higher_is_better for m in suite.metrics if m.higher_is_better is not None}
     if entry["metric"] not in direction:
-        raise CapsbenchError(f"{path}: '{where}.metric' = {entry['metric']!r} is not a metric of suite "
-                             f"{entry['suite']!r} with a direction; expected one of: {', '.join(direction)}")
+        raise CapsbenchError(
+            f"{path}: '{where}.metric' = {entry['metric']!r} is not a metric of suite "
+            f"{entry['suite']!r} with a direction; expected one of: {', '.join(direction)}"
+        )
     for name in ("better", "worse"):
         own = entry[name].get("metric")
         if own is not None and direction.get(own) != direction[entry["metric"]]:
             same = [m for m, up in direction.items() if up == direction[entry["metric"]]]
-            raise CapsbenchError(f"{path}: '{where}.{name}.metric' = {own!r} must be a metric of suite "
-                                 f"{entry['suite']!r} with the direction of {entry['metric']!r}; expected one of: "
-                                 f"{', '.join(same)}")
+            raise CapsbenchError(
+                f"{path}: '{where}.{name}.metric' = {own!r} must be a metric of suite "
+                f"{entry['suite']!r} with the direction of {entry['metric']!r}; expected one of: "
+                f"{', '.join(same)}"
+            )
     for col in entry.get("sweep", {}):
         if col not in suite.sweep_columns:
-            raise CapsbenchError(f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "
-                                 f"expected one of: {', '.join(suite.sweep_columns) or '(none)'}")
+            raise CapsbenchError(
+                f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "
+                f"expected one of: {', '.join(suite.sweep_columns) or '(none)'}"
+            )

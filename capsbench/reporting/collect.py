@@ -16,7 +16,17 @@ log = logging.getLogger(__name__)
 # Parent-run params that say where or how a run happened, not what it measured: they may differ between
 # invocations whose numbers are combined (datasets become separate rows). Everything else (train.*, data.*,
 # params.*, ...) must agree.
-NEUTRAL_PARAMS = ("dataset", "seeds", "models", "output_dir", "cache_dir", "retrain", "device", "data.root", "data.download")
+NEUTRAL_PARAMS = (
+    "dataset",
+    "seeds",
+    "models",
+    "output_dir",
+    "cache_dir",
+    "retrain",
+    "device",
+    "data.root",
+    "data.download",
+)
 NEUTRAL_PREFIXES = ("tracking.", "model_args.")  # model_args: compared per model from the nested runs instead
 # model_train.<model>.<key> with these key prefixes train a model adversarially or augmented: its records then carry
 # a `training` column and form rows of their own, so such runs combine with standard ones (compared per protocol).
@@ -43,14 +53,17 @@ def parse_when(text: str | None, key: str) -> datetime | None:
     try:
         when = datetime.fromisoformat(str(text))
     except ValueError:
-        raise CapsbenchError(f"{key}={text!r} is not a date; expected ISO form such as 2026-11-21 or 2026-11-21T13:00") from None
+        raise CapsbenchError(
+            f"{key}={text!r} is not a date; expected ISO form such as 2026-11-21 or 2026-11-21T13:00"
+        ) from None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def select(invocations: list[Invocation], sel: Selection) -> list[Invocation]:
     """The invocations passing every filter, oldest first."""
     keep = [
-        inv for inv in invocations
+        inv
+        for inv in invocations
         if (sel.suite is None or inv.suite == sel.suite)
         and (sel.dataset is None or inv.dataset == sel.dataset)
         and (sel.budget is None or inv.budget == sel.budget)
@@ -98,13 +111,20 @@ def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:
 
 
 def protocol_params(inv: Invocation) -> dict[str, str]:
-    return {k: v for k, v in inv.params.items()
-            if k not in NEUTRAL_PARAMS and not k.startswith(NEUTRAL_PREFIXES) and not _is_training_key(k)}
+    """The params of an invocation that must agree with another's for their numbers to share a table."""
+    return {
+        k: v
+        for k, v in inv.params.items()
+        if k not in NEUTRAL_PARAMS and not k.startswith(NEUTRAL_PREFIXES) and not _is_training_key(k)
+    }
 
 
 def training(inv: Invocation, model: str) -> str:
     """The `training` column `model`'s records carry in this invocation ("pgd", "affine", "pgd+affine", or "")."""
-    values = (inv.params.get(f"model_train.{model}.{key}", inv.params.get(f"train.{key}")) for key in ("adversarial", "augment"))
+    values = (
+        inv.params.get(f"model_train.{model}.{key}", inv.params.get(f"train.{key}"))
+        for key in ("adversarial", "augment")
+    )
     return "+".join(v for v in values if v not in (None, "None", ""))
 
 
@@ -117,7 +137,9 @@ def _is_training_key(key: str) -> bool:
     return len(parts) == 3 and parts[0] == "model_train" and parts[2].startswith(TRAINING_KEYS)
 
 
-def combine(invocations: list[Invocation], records: dict[str, pd.DataFrame], models: tuple[str, ...] | None) -> pd.DataFrame:
+def combine(
+    invocations: list[Invocation], records: dict[str, pd.DataFrame], models: tuple[str, ...] | None
+) -> pd.DataFrame:
     """Records of all invocations, one invocation per (model, training, dataset, seed): a seed measured again in a
     later invocation replaces the earlier one, so n counts distinct seeds, never repeats of a seed."""
     latest: dict[tuple[str, str, str, int], str] = {}
@@ -125,14 +147,18 @@ def combine(invocations: list[Invocation], records: dict[str, pd.DataFrame], mod
     for inv in invocations:  # oldest first: later invocations overwrite
         for key in dict.fromkeys(keys[inv.run_id]):
             if key in latest:
-                log.info("%s seed %s: using run %s, measured again after run %s", key[0], key[3], inv.run_id, latest[key])
+                log.info(
+                    "%s seed %s: using run %s, measured again after run %s", key[0], key[3], inv.run_id, latest[key]
+                )
             latest[key] = inv.run_id
     parts = []
     for inv in invocations:
         owner = [latest[key] == inv.run_id for key in keys[inv.run_id]]
         parts.append(records[inv.run_id][owner])
     out = pd.concat(parts, ignore_index=True)
-    first_seen = {m: i for i, m in enumerate(dict.fromkeys(m for inv in invocations for m in records[inv.run_id]["model"]))}
+    first_seen = {
+        m: i for i, m in enumerate(dict.fromkeys(m for inv in invocations for m in records[inv.run_id]["model"]))
+    }
     out = out.sort_values("model", key=lambda col: col.map(first_seen), kind="stable").reset_index(drop=True)
     return out if models is None else out[out["model"].isin(models)].reset_index(drop=True)
 

@@ -73,19 +73,29 @@ def _protocol_lines(s: Section) -> list[str]:
         f"Budget {s.budget}, capsbench {s.version}, dataset {', '.join(s.datasets)}{_images(s)}.",
         f"Seeds: {seeds}.",
         "Settings: " + ", ".join(f"{k} = {v}" for k, v in sorted(s.settings.items())) + ".",
-        *(f"Model {m}: " + ", ".join(f"{k} = {v}" for k, v in sorted(a.items())) + "." for m, a in s.model_args.items()),
+        *(
+            f"Model {m}: " + ", ".join(f"{k} = {v}" for k, v in sorted(a.items())) + "."
+            for m, a in s.model_args.items()
+        ),
     ]
     if s.budget != "paper":
-        lines.append(f"Budget {s.budget} narrows the models and shortens training, so measured numbers are not expected "
-                     "to reach published ones; compare models within a column.")
+        lines.append(
+            f"Budget {s.budget} narrows the models and shortens training, so measured numbers are not expected "
+            "to reach published ones; compare models within a column."
+        )
     return lines
 
 
 def render_markdown(doc: Document, root: Path) -> str:
     """report.md: links and images relative to `root` (the directory it is written to)."""
-    out = ["# capsbench report", "",
-           f"Generated {doc.generated:%Y-%m-%d %H:%M} UTC from `{doc.source}`; filters: {doc.filters or 'none'}.", "",
-           PUBLISHED_NOTE, ""]
+    out = [
+        "# capsbench report",
+        "",
+        f"Generated {doc.generated:%Y-%m-%d %H:%M} UTC from `{doc.source}`; filters: {doc.filters or 'none'}.",
+        "",
+        PUBLISHED_NOTE,
+        "",
+    ]
     for s in doc.sections:
         out += [f"## {s.suite}", "", f"{s.description}.", ""]
         out += [f"- {line}" for line in _protocol_lines(s)]
@@ -104,11 +114,18 @@ def render_markdown(doc: Document, root: Path) -> str:
 def render_latex(doc: Document, root: Path) -> str:
     """report.tex: a standalone article (booktabs, graphicx) that includes the figures' PDFs relative to `root`."""
     out = [
-        r"\documentclass{article}", r"\usepackage{booktabs}", r"\usepackage{graphicx}",
-        r"\title{capsbench report}", rf"\date{{{doc.generated:%Y-%m-%d %H:%M} UTC}}", r"\author{}",
-        r"\begin{document}", r"\maketitle",
+        r"\documentclass{article}",
+        r"\usepackage{booktabs}",
+        r"\usepackage{graphicx}",
+        r"\title{capsbench report}",
+        rf"\date{{{doc.generated:%Y-%m-%d %H:%M} UTC}}",
+        r"\author{}",
+        r"\begin{document}",
+        r"\maketitle",
         # ragged: the store's path may be long, and a justified line cannot stretch around it
-        r"{\raggedright " + tex(f"Runs read from {doc.source}; filters: {doc.filters or 'none'}. {PUBLISHED_NOTE}") + r"\par}",
+        r"{\raggedright "
+        + tex(f"Runs read from {doc.source}; filters: {doc.filters or 'none'}. {PUBLISHED_NOTE}")
+        + r"\par}",
         "",
     ]
     for s in doc.sections:
@@ -128,8 +145,16 @@ def render_latex(doc: Document, root: Path) -> str:
 
 def _figure(stem: Path, root: Path, caption: str) -> str:
     path = _rel(stem.with_suffix(".pdf"), root)
-    return "\n".join([r"\begin{figure}[htbp]", r"\centering", rf"\includegraphics[width=3.3in]{{{path}}}",
-                      rf"\caption{{{tex(caption)}}}", r"\end{figure}", ""])
+    return "\n".join(
+        [
+            r"\begin{figure}[htbp]",
+            r"\centering",
+            rf"\includegraphics[width=3.3in]{{{path}}}",
+            rf"\caption{{{tex(caption)}}}",
+            r"\end{figure}",
+            "",
+        ]
+    )
 
 
 def _rel(path: Path, root: Path) -> str:

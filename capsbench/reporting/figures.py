@@ -35,32 +35,47 @@ def sweep_figure(frame: pd.DataFrame, spec: SweepPlot, suite: Any) -> Figure | N
     data = select(frame[frame["metric"].isin(spec.metrics)], spec.keep, spec.drop)
     data = data.assign(model=row_models(data))  # a PGD-trained model is a line of its own: "capsnet (training=pgd)"
     facets = ordered_values(data, spec.facet.by, spec.facet.order) if spec.facet else [None]
-    panels = [(m, f) for m in spec.metrics for f in facets if not _panel(data, spec, m, f).dropna(subset=[spec.x]).empty]
+    panels = [
+        (m, f) for m in spec.metrics for f in facets if not _panel(data, spec, m, f).dropna(subset=[spec.x]).empty
+    ]
     if not panels:
         return None
     several = len(ordered_values(data, "dataset")) > 1
     cols = 1 if len(panels) == 1 else 2
     rows = math.ceil(len(panels) / cols)
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.2 if rows == cols == 1 else 1.6 * rows), squeeze=False,
-                                 sharex=spec.share_x, sharey=len(spec.metrics) == 1)
+        fig, axes = plt.subplots(
+            rows,
+            cols,
+            figsize=(WIDTH, 2.2 if rows == cols == 1 else 1.6 * rows),
+            squeeze=False,
+            sharex=spec.share_x,
+            sharey=len(spec.metrics) == 1,
+        )
         handles: dict[str, Any] = {}
         for k, (metric, facet) in enumerate(panels):
             ax = axes.flat[k]
             _draw(ax, _panel(data, spec, metric, facet), spec.x, several, handles)
             unit = suite.metric(metric).unit
             if k % cols == 0 or len(spec.metrics) > 1:
-                ax.set_ylabel(spec.ylabels[spec.metrics.index(metric)] if spec.ylabels
-                              else f"{metric.replace('_', ' ')} ({unit})")
+                ax.set_ylabel(
+                    spec.ylabels[spec.metrics.index(metric)] if spec.ylabels else f"{metric.replace('_', ' ')} ({unit})"
+                )
             if k + cols >= len(panels):  # nothing below: this panel carries the x axis
                 ax.set_xlabel(spec.xlabel or spec.x)
                 ax.xaxis.set_tick_params(labelbottom=True)
             if facet is not None:
                 ax.set_title(spec.facet.label(facet))
-        for ax in axes.flat[len(panels):]:
+        for ax in axes.flat[len(panels) :]:
             ax.set_visible(False)
-        fig.legend(handles.values(), handles.keys(), loc="lower center", bbox_to_anchor=(0.5, 1.0),
-                   ncol=min(3, len(handles)), frameon=False)
+        fig.legend(
+            handles.values(),
+            handles.keys(),
+            loc="lower center",
+            bbox_to_anchor=(0.5, 1.0),
+            ncol=min(3, len(handles)),
+            frameon=False,
+        )
         fig.tight_layout(pad=0.3, w_pad=1.0)
     return fig
 
@@ -132,4 +147,3 @@ def save_figure(fig: Figure, stem: Path, formats: tuple[str, ...] = ("png", "pdf
         paths.append(path)
     plt.close(fig)
     return paths
-

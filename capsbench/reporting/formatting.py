@@ -11,7 +11,8 @@ from capsbench.reporting.model import Cell, Flags, Measured, Published
 
 def format_value(mean: float, std: float | None, unit: str) -> tuple[str, str | None]:
     """Mean and std as text with sensible digits: a positive std to two significant digits and the mean to
-    the same decimal place; otherwise % to two decimals, numbers from 1,000 up as whole numbers with thousands separators, anything else
+    the same decimal place; otherwise % to two decimals, numbers from 1,000 up as whole numbers with thousands
+    separators, anything else
     to 4 significant digits."""
     if std is not None and math.isfinite(std) and std > 0:
         decimals = min(6, max(0, 1 - math.floor(math.log10(std))))

@@ -10,7 +10,12 @@ import numpy as np
 import pandas as pd
 
 RECORD_COLUMNS = ["suite", "model", "dataset", "seed", "metric", "value"]
-UNCERTAINTY_COLUMNS = ["n", "ci_low", "ci_high", "outcomes"]  # accuracy records: images, 95 % Wilson interval, per image
+UNCERTAINTY_COLUMNS = [
+    "n",
+    "ci_low",
+    "ci_high",
+    "outcomes",
+]  # accuracy records: images, 95 % Wilson interval, per image
 UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
 TRAINING = "training"  # "pgd", "affine", ... on every record of a model trained so (capsbench.run.plan.training_column)
 
@@ -56,8 +61,9 @@ def value_mask(frame: pd.DataFrame, column: str, values: tuple[Any, ...]) -> np.
     return np.array([any(same_value(v, w) for w in values) for v in frame[column]], dtype=bool)
 
 
-def select(frame: pd.DataFrame, keep: Mapping[str, Any] | None = None,
-           drop: Mapping[str, tuple[Any, ...]] | None = None) -> pd.DataFrame:
+def select(
+    frame: pd.DataFrame, keep: Mapping[str, Any] | None = None, drop: Mapping[str, tuple[Any, ...]] | None = None
+) -> pd.DataFrame:
     """The rows with every `keep` value (a scalar, or a tuple of accepted values) and none of the `drop` values."""
     mask = np.ones(len(frame), dtype=bool)
     for col, val in (keep or {}).items():

@@ -13,12 +13,35 @@ from capsbench.reporting.model import Header, Table
 
 PREAMBLE = r"\usepackage{booktabs}"
 _TEX = {
-    "\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
-    "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", ">": r"\textgreater{}", "<": r"\textless{}",
-    "|": r"\textbar{}", '"': "''", "±": r"\ensuremath{\pm}", "×": r"\ensuremath{\times}", "–": "--", "—": "---",
-    "−": r"\ensuremath{-}", "·": r"\ensuremath{\cdot}", "…": r"\dots{}", "≤": r"\ensuremath{\leq}",
-    "≥": r"\ensuremath{\geq}", "≈": r"\ensuremath{\approx}", "†": r"\ensuremath{^{\dagger}}",
-    "ε": r"\ensuremath{\varepsilon}", "°": r"\ensuremath{^{\circ}}", "µ": r"\ensuremath{\mu}", "²": r"\ensuremath{^{2}}",
+    "\\": r"\textbackslash{}",
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    ">": r"\textgreater{}",
+    "<": r"\textless{}",
+    "|": r"\textbar{}",
+    '"': "''",
+    "±": r"\ensuremath{\pm}",
+    "×": r"\ensuremath{\times}",
+    "–": "--",
+    "—": "---",
+    "−": r"\ensuremath{-}",
+    "·": r"\ensuremath{\cdot}",
+    "…": r"\dots{}",
+    "≤": r"\ensuremath{\leq}",
+    "≥": r"\ensuremath{\geq}",
+    "≈": r"\ensuremath{\approx}",
+    "†": r"\ensuremath{^{\dagger}}",
+    "ε": r"\ensuremath{\varepsilon}",
+    "°": r"\ensuremath{^{\circ}}",
+    "µ": r"\ensuremath{\mu}",
+    "²": r"\ensuremath{^{2}}",
 }
 
 
@@ -35,11 +58,22 @@ def render_table(table: Table, label_prefix: str) -> str:
     """A table float: caption, label `tab:<label_prefix>-<name>`, the tabular, and the notes under it."""
     notes = [rf"{tex(n)}\par" for n in table.notes]
     notes += [rf"\textsuperscript{{{i}}}{tex(ref)}\par" for i, ref in enumerate(table.references, 1)]
-    return "\n".join([
-        r"\begin{table}[htbp]", r"\centering", rf"\caption{{{tex(table.title)}}}", rf"\label{{tab:{label_prefix}-{table.name}}}",
-        r"{\footnotesize\setlength{\tabcolsep}{4pt}", tabular(table).rstrip("\n") + r"\par}", r"\smallskip",
-        r"{\scriptsize\raggedright", *notes, "}", r"\end{table}", "",
-    ])
+    return "\n".join(
+        [
+            r"\begin{table}[htbp]",
+            r"\centering",
+            rf"\caption{{{tex(table.title)}}}",
+            rf"\label{{tab:{label_prefix}-{table.name}}}",
+            r"{\footnotesize\setlength{\tabcolsep}{4pt}",
+            tabular(table).rstrip("\n") + r"\par}",
+            r"\smallskip",
+            r"{\scriptsize\raggedright",
+            *notes,
+            "}",
+            r"\end{table}",
+            "",
+        ]
+    )
 
 
 def render_tables(tables: Sequence[Table], label_prefix: str) -> str:
@@ -59,7 +93,10 @@ def tabular(table: Table) -> str:
         columns = pd.MultiIndex.from_tuples(list(zip(tops, heads)))
     else:
         columns = pd.Index(heads)
-    rows = [[*(_label(x) for x in table.shown_labels(i)), *(_cell(table, i, h) for h in table.headers)] for i in range(len(table.rows))]
+    rows = [
+        [*(_label(x) for x in table.shown_labels(i)), *(_cell(table, i, h) for h in table.headers)]
+        for i in range(len(table.rows))
+    ]
     fmt = "l" * n_labels + "".join("c" if h.kind == "flags" else "r" for h in table.headers)
     styler = pd.DataFrame(rows, columns=columns).style.hide(axis="index")
     text = styler.to_latex(hrules=True, column_format=fmt, multicol_align="c")
@@ -71,9 +108,9 @@ def _rules(text: str, table: Table, n_labels: int) -> str:
     lines = text.splitlines()
     top = lines.index(r"\toprule")
     mid = lines.index(r"\midrule")
-    body = lines[mid + 1:mid + 1 + len(table.rows)]
+    body = lines[mid + 1 : mid + 1 + len(table.rows)]
     body = [(r"\midrule" + "\n" if table.block_start(i) else "") + line for i, line in enumerate(body)]
-    head = lines[top + 1:mid]
+    head = lines[top + 1 : mid]
     if len(head) == 2:
         rules, start = [], n_labels + 1
         for group, span in _runs([h.group for h in table.headers]):
@@ -81,7 +118,7 @@ def _rules(text: str, table: Table, n_labels: int) -> str:
                 rules.append(rf"\cmidrule(lr){{{start}-{start + span - 1}}}")
             start += span
         head = [head[0], " ".join(rules), head[1]] if rules else head
-    return "\n".join([*lines[:top + 1], *head, r"\midrule", *body, *lines[mid + 1 + len(table.rows):]]) + "\n"
+    return "\n".join([*lines[: top + 1], *head, r"\midrule", *body, *lines[mid + 1 + len(table.rows) :]]) + "\n"
 
 
 def _runs(groups: list[str]) -> list[tuple[str, int]]:
@@ -96,7 +133,11 @@ def _runs(groups: list[str]) -> list[tuple[str, int]]:
 
 def _header(h: Header, grouped: bool) -> str:
     """Stacked header lines: label, detail, (unit); the unit of grouped columns is in the group header."""
-    lines = [*_wrap(h.label, 1), *(_wrap(h.detail, 1) if h.detail else []), *([f"({h.unit})"] if h.unit and not h.group else [])]
+    lines = [
+        *_wrap(h.label, 1),
+        *(_wrap(h.detail, 1) if h.detail else []),
+        *([f"({h.unit})"] if h.unit and not h.group else []),
+    ]
     return _stack(lines)
 
 

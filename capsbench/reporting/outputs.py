@@ -30,6 +30,7 @@ class SuiteOutput:
 
 
 def suite_layout(suite: Any) -> Layout:
+    """The suite's declared layout, or one table with a column per metric."""
     return suite.layout if getattr(suite, "layout", None) is not None else default_layout(suite.metrics)
 
 
@@ -59,7 +60,13 @@ def write_suite(out_dir: Path, records: list[dict[str, Any]], suite: Any, report
     return SuiteOutput(tables, figures, paths, frame)
 
 
-def write_outputs(out_dir: Path, records: list[dict[str, Any]], suite: Any, reported: list[dict[str, Any]] | None = None,
-                  *, notes: Sequence[str] = ()) -> dict[str, Path]:
+def write_outputs(
+    out_dir: Path,
+    records: list[dict[str, Any]],
+    suite: Any,
+    reported: list[dict[str, Any]] | None = None,
+    *,
+    notes: Sequence[str] = (),
+) -> dict[str, Path]:
     """write_suite's files by name (records.csv, table.md, table.tex, table-<name>.csv, <figure>.png/.pdf)."""
     return write_suite(out_dir, records, suite, reported, notes=notes).paths

@@ -39,4 +39,6 @@ class PublishedIndex:
         if entry["footnote"] not in references:
             references.append(entry["footnote"])
         std = entry.get("std")
-        return Published(float(entry["value"]), None if std is None else float(std), references.index(entry["footnote"]) + 1)
+        return Published(
+            float(entry["value"]), None if std is None else float(std), references.index(entry["footnote"]) + 1
+        )

@@ -46,6 +46,7 @@ class Report:
 
 
 def selection(cfg: DictConfig) -> Selection:
+    """The report's run filters from its config."""
     if cfg.suite is not None:
         SUITES.get(cfg.suite)  # an unknown name fails here with close matches
     return Selection(
@@ -61,8 +62,10 @@ def build_report(cfg: DictConfig) -> Report:
     chosen = select(found, sel)
     if not chosen:
         have = ", ".join(sorted({f"{i.suite}/{i.budget}/{i.dataset}" for i in found})) or "none"
-        raise CapsbenchError(f"no finished runs at {cfg.tracking.uri} match the filters (suite/budget/dataset found: {have}); "
-                             "loosen suite=, budget=, dataset=, models=, since= or until=")
+        raise CapsbenchError(
+            f"no finished runs at {cfg.tracking.uri} match the filters (suite/budget/dataset found: {have}); "
+            "loosen suite=, budget=, dataset=, models=, since= or until="
+        )
     entries = load_baselines(Path(cfg.baselines_dir) if cfg.baselines_dir else None)
     root = Path(cfg.output_dir) / "report"
     sections = []
@@ -74,12 +77,23 @@ def build_report(cfg: DictConfig) -> Report:
         check_comparable(invs, sel.models)
         frame = combine(invs, {inv.run_id: read_records(cfg.tracking.uri, inv.run_id) for inv in invs}, sel.models)
         sections.append(_section(suite_name, invs, frame, entries, root))
-    filters = ", ".join(f"{k}={cfg[k]}" for k in ("suite", "models", "dataset", "budget", "version", "since", "until")
-                        if cfg[k] is not None)
-    judged = verdicts.judge_all(load_claims(Path(cfg.baselines_dir) if cfg.baselines_dir else None), {
-        s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections})
-    doc = Document(datetime.now(timezone.utc), f"{cfg.tracking.uri} (experiment {cfg.tracking.experiment})", filters,
-                   sections, _cost_figures(sections, root), judged)
+    filters = ", ".join(
+        f"{k}={cfg[k]}"
+        for k in ("suite", "models", "dataset", "budget", "version", "since", "until")
+        if cfg[k] is not None
+    )
+    judged = verdicts.judge_all(
+        load_claims(Path(cfg.baselines_dir) if cfg.baselines_dir else None),
+        {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections},
+    )
+    doc = Document(
+        datetime.now(timezone.utc),
+        f"{cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
+        filters,
+        sections,
+        _cost_figures(sections, root),
+        judged,
+    )
     paths = Report(sections, root / "report.md", root / "report.tex", judged)
     write_text(paths.markdown, render_markdown(doc, root))
     write_text(paths.latex, render_latex(doc, root))
@@ -95,11 +109,16 @@ def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: li
     output = write_suite(root / name, records, suite_cls, reported, notes=notes)
     first = invs[0]
     return Section(
-        suite=name, description=suite_cls.description, output=output, budget=first.budget, version=first.version,
+        suite=name,
+        description=suite_cls.description,
+        output=output,
+        budget=first.budget,
+        version=first.version,
         datasets=sorted({inv.dataset for inv in invs}),
         runs=[Run(inv.run_id, inv.start, inv.params.get("seeds", "?")) for inv in invs],
         seeds={m: sorted(int(s) for s in part["seed"].unique()) for m, part in frame.groupby("model", sort=False)},
-        settings=protocol_params(first), model_args=model_args,
+        settings=protocol_params(first),
+        model_args=model_args,
     )
 
 
@@ -132,11 +151,20 @@ def _cost_figures(sections: list[Section], root: Path) -> list[Figure]:
         if len(rows) > 1:
             low, high = mean - float(rows["value"].std()), mean + float(rows["value"].std())
         else:
-            low, high = (float(rows["ci_low"].iloc[0]), float(rows["ci_high"].iloc[0])) if "ci_low" in rows else (mean, mean)
+            low, high = (
+                (float(rows["ci_low"].iloc[0]), float(rows["ci_high"].iloc[0])) if "ci_low" in rows else (mean, mean)
+            )
         points.append({"model": model, "cost": float(macs.mean()), "mean": mean, "low": low, "high": high})
     if not points:
         return []
-    fig = accuracy_vs_cost(pd.DataFrame(points), xlabel="MACs per image (millions, log scale)", ylabel="test accuracy (%)")
+    fig = accuracy_vs_cost(
+        pd.DataFrame(points), xlabel="MACs per image (millions, log scale)", ylabel="test accuracy (%)"
+    )
     save_figure(fig, root / "accuracy_vs_macs")
-    return [Figure(root / "accuracy_vs_macs", f"Test accuracy against MACs per image ({acc.budget} budget); bars: "
-                   "95 % Wilson interval for one seed, ± std over several")]
+    return [
+        Figure(
+            root / "accuracy_vs_macs",
+            f"Test accuracy against MACs per image ({acc.budget} budget); bars: "
+            "95 % Wilson interval for one seed, ± std over several",
+        )
+    ]

@@ -41,7 +41,9 @@ def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list
                 name, title = f"{spec.name}-{_slug(format_sweep(value))}", f"{spec.title}: {spec.split.label(value)}"
             if part.empty:
                 continue
-            table = _Builder(frame, part, suite, spec, index, {} if value is None else {spec.split.by: value}).build(name, title)
+            table = _Builder(frame, part, suite, spec, index, {} if value is None else {spec.split.by: value}).build(
+                name, title
+            )
             if table.rows:
                 out += split_parts(table, spec.max_columns)
     if out:
@@ -56,8 +58,15 @@ def _slug(text: str) -> str:
 class _Builder:
     """Builds one table: rows from the records, then headers and cells column by column."""
 
-    def __init__(self, frame: pd.DataFrame, data: pd.DataFrame, suite: Any, spec: TableSpec, index: PublishedIndex,
-                 fixed: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        frame: pd.DataFrame,
+        data: pd.DataFrame,
+        suite: Any,
+        spec: TableSpec,
+        index: PublishedIndex,
+        fixed: dict[str, Any],
+    ) -> None:
         self.frame, self.data, self.suite, self.spec, self.index, self.fixed = frame, data, suite, spec, index, fixed
         self.models = ordered_values(frame, ROW_MODEL)
         self.datasets = ordered_values(frame, "dataset")
@@ -65,8 +74,14 @@ class _Builder:
         self.blocks = ordered_values(data, spec.blocks.by, spec.blocks.order) if spec.blocks else []
         self.keys = self._row_keys()
         self.compared = False  # whether any column names a best cell
-        self.table = Table(name="", title="", index_names=self._index_names(), rows=[self._labels(k) for k in self.keys],
-                           headers=[], blocked=spec.blocks is not None)
+        self.table = Table(
+            name="",
+            title="",
+            index_names=self._index_names(),
+            rows=[self._labels(k) for k in self.keys],
+            headers=[],
+            blocked=spec.blocks is not None,
+        )
 
     def build(self, name: str, title: str) -> Table:
         t = self.table
@@ -79,13 +94,29 @@ class _Builder:
                 group = col.header.format(unit=unit) if "{unit}" in col.header else f"{col.header} ({unit})"
                 records = select(self.data[self.data["metric"] == col.metric], col.where, {col.over: col.drop})
                 for v in ordered_values(records, col.over, numeric=True):
-                    header = Header(f"{col.metric}|{col.over}={v}|{len(t.headers)}", format_sweep(v), unit, group=group,
-                                    metric=col.metric, over=col.over)
+                    header = Header(
+                        f"{col.metric}|{col.over}={v}|{len(t.headers)}",
+                        format_sweep(v),
+                        unit,
+                        group=group,
+                        metric=col.metric,
+                        over=col.over,
+                    )
                     self._measured(header, select(records, {col.over: v}), {**col.where, col.over: v}, col.compare)
             else:
-                header = Header(f"{col.metric}|{len(t.headers)}", col.label, self.suite.metric(col.metric).unit, col.detail, metric=col.metric)
-                self._measured(header, select(self.data[self.data["metric"] == col.metric], col.where), dict(col.where),
-                               col.compare)
+                header = Header(
+                    f"{col.metric}|{len(t.headers)}",
+                    col.label,
+                    self.suite.metric(col.metric).unit,
+                    col.detail,
+                    metric=col.metric,
+                )
+                self._measured(
+                    header,
+                    select(self.data[self.data["metric"] == col.metric], col.where),
+                    dict(col.where),
+                    col.compare,
+                )
         t.notes = self._notes()
         keep = sorted({i for i, _ in t.cells})
         return _drop_empty_rows(t, keep)
@@ -102,7 +133,10 @@ class _Builder:
         model_pos = {m: i for i, m in enumerate(self.models)}
         data_pos = {d: i for i, d in enumerate(self.datasets)}
 
-        sweep_pos = [{format_sweep(v): i for i, v in enumerate(ordered_values(self.data, c, numeric=True))} for c in self.spec.rows]
+        sweep_pos = [
+            {format_sweep(v): i for i, v in enumerate(ordered_values(self.data, c, numeric=True))}
+            for c in self.spec.rows
+        ]
 
         def order(k: RowKey) -> tuple:  # blocks, models and datasets as declared or recorded; numbers ascending
             sweeps = tuple(pos.get(v, len(pos)) for pos, v in zip(sweep_pos, k[3:]))
@@ -121,7 +155,11 @@ class _Builder:
     def _labels(self, key: RowKey) -> tuple[str, ...]:
         model = key[1] + (f" / {key[2]}" if len(self.datasets) > 1 else "")
         model += UNDERTRAINED_MARK if (key[1], key[2]) in self.undertrained else ""
-        block = [self.spec.blocks.label(next(b for b in self.blocks if format_sweep(b) == key[0]))] if self.spec.blocks else []
+        block = (
+            [self.spec.blocks.label(next(b for b in self.blocks if format_sweep(b) == key[0]))]
+            if self.spec.blocks
+            else []
+        )
         return (*block, model, *(v or "–" for v in key[3:]))
 
     # cells --------------------------------------------------------------------------------------------------
@@ -168,10 +206,15 @@ class _Builder:
     def _cell(self, header: Header, key: RowKey, rows: list[Any]) -> Measured:
         seeds = [int(r.seed) for r in rows]
         if len(set(seeds)) != len(seeds):
-            varying = [c for c in self.suite.sweep_columns if c not in self.spec.describe
-                       and len({format_sweep(getattr(r, c)) for r in rows}) > 1]
-            raise ValueError(f"table {self.spec.name!r}, column {header.label!r}, row {key[1]}: several records per seed "
-                             f"differ in {varying or 'nothing'}; fix the suite's layout (add them to `where`, `rows` or `describe`)")
+            varying = [
+                c
+                for c in self.suite.sweep_columns
+                if c not in self.spec.describe and len({format_sweep(getattr(r, c)) for r in rows}) > 1
+            ]
+            raise ValueError(
+                f"table {self.spec.name!r}, column {header.label!r}, row {key[1]}: several records per seed "
+                f"differ in {varying or 'nothing'}; fix the suite's layout (add them to `where`, `rows` or `describe`)"
+            )
         values = [float(r.value) for r in rows]
         std = float(pd.Series(values).std()) if len(values) > 1 else None
         interval = None
@@ -186,9 +229,13 @@ class _Builder:
             row_context = {**self.fixed, **context, **dict(zip(self.spec.rows, key[3:]))}
             if self.spec.blocks:
                 row_context[self.spec.blocks.by] = key[0]
-            described = {c: {format_sweep(getattr(r, c)) for r in buckets.get(key, []) if not pd.isna(getattr(r, c))}
-                         for c in self.spec.describe}
-            entry = self.index.find(key[1], key[2], header.metric, {k: v for k, v in row_context.items() if v != ""}, described)
+            described = {
+                c: {format_sweep(getattr(r, c)) for r in buckets.get(key, []) if not pd.isna(getattr(r, c))}
+                for c in self.spec.describe
+            }
+            entry = self.index.find(
+                key[1], key[2], header.metric, {k: v for k, v in row_context.items() if v != ""}, described
+            )
             if entry is not None:
                 found[i] = entry
         if not found:
@@ -226,7 +273,9 @@ class _Builder:
             if values:
                 notes.append(f"{c}: {', '.join(format_sweep(v) for v in values)}")
         if any(UNDERTRAINED_MARK in label for row in t.rows for label in row):
-            notes.append(f"{UNDERTRAINED_MARK} undertrained: validation accuracy stayed below the floor; never compared")
+            notes.append(
+                f"{UNDERTRAINED_MARK} undertrained: validation accuracy stayed below the floor; never compared"
+            )
         notes.append(_cells_note(t, self.compared))
         return notes
 
@@ -241,8 +290,10 @@ def _cells_note(t: Table, compared: bool) -> str:
     if images:
         text += f"; one seed: value and its 95 % Wilson interval over {'/'.join(map(str, images))} test images"
     if compared:
-        text += ("; bold: significantly better than the runner-up (paired McNemar on the same images, else Welch's "
-                 "t-test across seeds, p < 0.05), nothing bold where no model is")
+        text += (
+            "; bold: significantly better than the runner-up (paired McNemar on the same images, else Welch's "
+            "t-test across seeds, p < 0.05), nothing bold where no model is"
+        )
     return text
 
 
@@ -273,4 +324,3 @@ def _drop_empty_rows(t: Table, keep: list[int]) -> Table:
     t.cells = {(new[i], k): c for (i, k), c in t.cells.items()}
     t.best = {(new[i], k) for i, k in t.best}
     return t
-

@@ -14,6 +14,7 @@ import pandas as pd
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import Claim, Side
 from capsbench.reporting.frame import UNDERTRAINED, row_models, same_value
+from capsbench.reporting.latex import tex
 from capsbench.suites import SUITES
 from capsbench.util.stats import ALPHA, decode_outcomes, paired_p, welch_p
 
@@ -61,7 +62,9 @@ class Run:
 def judge(claim: Claim, run: Run | None) -> Judgement:
     """The claim's verdict from `run` (None: the report has no records of the claim's suite)."""
     if run is None:
-        return Judgement(claim, NO_RECORDS, f"no {claim.suite} records in this report (capsbench run suite={claim.suite})")
+        return Judgement(
+            claim, NO_RECORDS, f"no {claim.suite} records in this report (capsbench run suite={claim.suite})"
+        )
     sides = []
     for side in (claim.better, claim.worse):
         found = _evidence(claim, side, run)
@@ -75,8 +78,14 @@ def judge(claim: Claim, run: Run | None) -> Judgement:
     if p < ALPHA and lead != 0:
         return Judgement(claim, SUPPORTED if lead > 0 else REFUTED, f"{test}, p = {p:.2g}", better, worse, p)
     more = "more seeds" if run.budget == "paper" else "budget=paper (the full test set) or more seeds"
-    return Judgement(claim, UNRESOLVED, f"{test}, p = {p:.2g} >= {ALPHA} at budget={run.budget}, "
-                     f"{_size(better, worse)}; {more} may resolve it", better, worse, p)
+    return Judgement(
+        claim,
+        UNRESOLVED,
+        f"{test}, p = {p:.2g} >= {ALPHA} at budget={run.budget}, {_size(better, worse)}; {more} may resolve it",
+        better,
+        worse,
+        p,
+    )
 
 
 def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | str:
@@ -95,16 +104,24 @@ def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | str:
     if wrong:
         return f"no records of {side.label}: measured with " + ", ".join(f"{k}={v}" for k, v in wrong.items())
     if UNDERTRAINED in rows and rows[UNDERTRAINED].fillna(False).astype(bool).any():
-        return f"{side.model} is undertrained (below its dataset's validation floor); train longer (budget=quick or paper)"
+        return (
+            f"{side.model} is undertrained (below its dataset's validation floor); train longer (budget=quick or paper)"
+        )
     if rows["seed"].duplicated().any():
         return f"several {side.model} records per seed; name the sweep values that pick one in the claim's sweep"
     values = {int(r.seed): float(r.value) for r in rows.itertuples()}
-    outcomes = {int(r.seed): decode_outcomes(r.outcomes, int(float(r.n))) for r in rows.itertuples()
-                if isinstance(getattr(r, "outcomes", None), str)}
+    outcomes = {
+        int(r.seed): decode_outcomes(r.outcomes, int(float(r.n)))
+        for r in rows.itertuples()
+        if isinstance(getattr(r, "outcomes", None), str)
+    }
     images = int(float(rows["n"].max())) if "n" in rows and rows["n"].notna().any() else None
     one = rows.iloc[0]
-    interval = (float(one["ci_low"]), float(one["ci_high"])) if len(rows) == 1 and "ci_low" in rows and \
-        pd.notna(one["ci_low"]) else None
+    interval = (
+        (float(one["ci_low"]), float(one["ci_high"]))
+        if len(rows) == 1 and "ci_low" in rows and pd.notna(one["ci_low"])
+        else None
+    )
     return Evidence(values, outcomes, images, interval)
 
 
@@ -133,8 +150,14 @@ def _test(claim: Claim, budget: str, better: Evidence, worse: Evidence) -> tuple
         return f"Welch's t-test across seeds ({name})", welch_p(a, b), lead
     if metric.exact:
         return f"exact count ({name})", 0.0, lead
-    return (f"not testable at budget={budget}: one seed and no shared per-image outcomes; "
-            "run seeds=[0,1,2] (Welch across seeds)"), None, lead
+    return (
+        (
+            f"not testable at budget={budget}: one seed and no shared per-image outcomes; "
+            "run seeds=[0,1,2] (Welch across seeds)"
+        ),
+        None,
+        lead,
+    )
 
 
 def _size(better: Evidence, worse: Evidence) -> str:
@@ -159,49 +182,64 @@ def describe(e: Evidence | None) -> str:
     if e.std is not None:
         return f"{e.mean:.4g} ± {e.std:.2g} (n={len(e.values)} seeds)"
     text = f"{e.mean:.4g}"
-    return text + (f" [{e.interval[0]:.1f}, {e.interval[1]:.1f}]" if e.interval else "") + \
-        (f" (n={e.images:,})" if e.images else "")
+    return (
+        text
+        + (f" [{e.interval[0]:.1f}, {e.interval[1]:.1f}]" if e.interval else "")
+        + (f" (n={e.images:,})" if e.images else "")
+    )
 
 
 def as_rows(judgements: list[Judgement]) -> list[dict[str, Any]]:
     """One row per claim, the columns every renderer shows."""
-    return [{
-        "claim": j.claim.statement, "source": f"{j.claim.source}, {j.claim.where}",
-        "published": " vs ".join("–" if s.published is None else f"{s.published:g}" for s in (j.claim.better, j.claim.worse)),
-        "measured": f"{describe(j.better)} vs {describe(j.worse)}", "verdict": j.verdict,
-        "why": j.reason + (f"; note: {j.claim.note}" if j.claim.note else ""),
-        "models": f"{j.claim.better.label} vs {j.claim.worse.label}", "metric": j.claim.metric + _where(j.claim),
-    } for j in judgements]
+    return [
+        {
+            "claim": j.claim.statement,
+            "source": f"{j.claim.source}, {j.claim.where}",
+            "published": " vs ".join(
+                "–" if s.published is None else f"{s.published:g}" for s in (j.claim.better, j.claim.worse)
+            ),
+            "measured": f"{describe(j.better)} vs {describe(j.worse)}",
+            "verdict": j.verdict,
+            "why": j.reason + (f"; note: {j.claim.note}" if j.claim.note else ""),
+            "models": f"{j.claim.better.label} vs {j.claim.worse.label}",
+            "metric": j.claim.metric + _where(j.claim),
+        }
+        for j in judgements
+    ]
 
 
-RULE = (f"Verdict rule: a claim that model A beats model B is supported when A is better in the claimed direction "
-        f"(each metric's higher_is_better) with p < {ALPHA}, refuted when B is better with p < {ALPHA}, and not "
-        "resolved otherwise. The test is paired McNemar on the per-image outcomes when both models were measured on "
-        "the same test images, else Welch's t-test across seeds (at least two each), else, for exact counts such as "
-        "parameters, the difference itself; a claimed factor (\"10x slower\") is tested on log values against the "
-        "log of the factor. Undertrained models are never judged; a model measured with other arguments or "
-        "settings than the claim names has no records for it. A verdict is about the models as measured: below "
-        "budget=paper they are narrower and trained far less than the papers' models, so a verdict there says "
-        "whether the claim holds for them, not whether the published number is right.")
+RULE = (
+    f"Verdict rule: a claim that model A beats model B is supported when A is better in the claimed direction "
+    f"(each metric's higher_is_better) with p < {ALPHA}, refuted when B is better with p < {ALPHA}, and not "
+    "resolved otherwise. The test is paired McNemar on the per-image outcomes when both models were measured on "
+    "the same test images, else Welch's t-test across seeds (at least two each), else, for exact counts such as "
+    'parameters, the difference itself; a claimed factor ("10x slower") is tested on log values against the '
+    "log of the factor. Undertrained models are never judged; a model measured with other arguments or "
+    "settings than the claim names has no records for it. A verdict is about the models as measured: below "
+    "budget=paper they are narrower and trained far less than the papers' models, so a verdict there says "
+    "whether the claim holds for them, not whether the published number is right."
+)
 
 
 def render_markdown(judgements: list[Judgement]) -> str:
     """The claims table: claim and source, published and measured numbers, the verdict and why."""
+
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
     lines = ["| claim | models; metric | published | measured | verdict | why |", "|---|---|---|---|---|---|"]
     for row in as_rows(judgements):
-        lines.append("| " + " | ".join(cell(row[k]) for k in ("claim", "models", "published", "measured")) +
-                     f" | **{row['verdict']}** | {cell(row['why'])} |")
+        lines.append(
+            "| "
+            + " | ".join(cell(row[k]) for k in ("claim", "models", "published", "measured"))
+            + f" | **{row['verdict']}** | {cell(row['why'])} |"
+        )
     sources = dict.fromkeys(j.claim.source for j in judgements)
     return "\n".join([*lines, "", *(f"- {s}" for s in sources)]) + "\n"
 
 
 def render_latex(judgements: list[Judgement]) -> str:
     """The claims as a list (long text does not fit a tabular): verdict, claim, numbers, source and reason."""
-    from capsbench.reporting.latex import tex
-
     items = [
         rf"\item \textbf{{{tex(row['verdict'])}}}: {tex(row['claim'])} ({tex(row['source'])}). "
         rf"{tex(row['models'])}; {tex(row['metric'])}. Published {tex(row['published'])}; measured "

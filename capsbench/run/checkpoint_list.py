@@ -23,7 +23,9 @@ def cache_directory(overrides: list[str]) -> Path:
     raw = parse_overrides(overrides)
     for key in raw:
         if key not in KEYS:
-            raise CapsbenchError(f"unknown key {key!r} for `capsbench list checkpoints`: {close_matches(key, list(KEYS))}")
+            raise CapsbenchError(
+                f"unknown key {key!r} for `capsbench list checkpoints`: {close_matches(key, list(KEYS))}"
+            )
     chosen = raw.get("cache_dir") or os.environ.get("CAPSBENCH_CACHE")
     if not chosen:
         chosen = str(Path(raw.get("output_dir") or RunConfig.output_dir) / "checkpoints")
@@ -32,9 +34,9 @@ def cache_directory(overrides: list[str]) -> Path:
 
 def _from_checkpoint(path: Path) -> dict[str, Any]:
     """The sidecar's content rebuilt from the checkpoint itself (older checkpoints, or an interrupted sidecar write)."""
-    import torch
+    import torch  # here: listing reads sidecars without torch; only a checkpoint without one needs it
 
-    from capsbench.train.checkpoints import UNREADABLE
+    from capsbench.train.checkpoints import UNREADABLE  # with torch, for the same reason
 
     stat = path.stat()
     try:
@@ -43,10 +45,13 @@ def _from_checkpoint(path: Path) -> dict[str, Any]:
     except (*UNREADABLE, TypeError):  # TypeError: a readable file that is not a checkpoint's dict
         meta = {"unreadable": True}
     return {
-        "key": path.stem, "size": stat.st_size,
+        "key": path.stem,
+        "size": stat.st_size,
         "created": datetime.fromtimestamp(stat.st_mtime, timezone.utc).isoformat(timespec="seconds"),
-        "identity": meta.get("identity"), "best_val_accuracy": meta.get("best_val_accuracy"),
-        "best_epoch": meta.get("best_epoch"), "unreadable": meta.get("unreadable", False),
+        "identity": meta.get("identity"),
+        "best_val_accuracy": meta.get("best_val_accuracy"),
+        "best_epoch": meta.get("best_epoch"),
+        "unreadable": meta.get("unreadable", False),
     }
 
 
@@ -69,13 +74,24 @@ def row(info: dict[str, Any], path: Path) -> dict[str, Any]:
     train, data, source = ident.get("train") or {}, ident.get("data") or {}, ident.get("source") or {}
     acc = info.get("best_val_accuracy")
     return {
-        "key": info.get("key", path.stem), "model": ident.get("model"), "dataset": data.get("dataset"),
-        "seed": ident.get("seed"), "epochs": train.get("epochs"), "batch_size": train.get("batch_size"),
-        "lr": train.get("lr"), "lr_decay": train.get("lr_decay"), "train_subset": data.get("train_subset"),
-        "target_val_accuracy": train.get("target_val_accuracy"), "source_hash": source.get("hash"),
-        "torch": ident.get("torch"), "capsbench": ident.get("capsbench"),
-        "best_val_accuracy": None if acc is None else 100.0 * acc, "best_epoch": info.get("best_epoch"),
-        "created": info.get("created"), "size": path.stat().st_size, "path": str(path),
+        "key": info.get("key", path.stem),
+        "model": ident.get("model"),
+        "dataset": data.get("dataset"),
+        "seed": ident.get("seed"),
+        "epochs": train.get("epochs"),
+        "batch_size": train.get("batch_size"),
+        "lr": train.get("lr"),
+        "lr_decay": train.get("lr_decay"),
+        "train_subset": data.get("train_subset"),
+        "target_val_accuracy": train.get("target_val_accuracy"),
+        "source_hash": source.get("hash"),
+        "torch": ident.get("torch"),
+        "capsbench": ident.get("capsbench"),
+        "best_val_accuracy": None if acc is None else 100.0 * acc,
+        "best_epoch": info.get("best_epoch"),
+        "created": info.get("created"),
+        "size": path.stat().st_size,
+        "path": str(path),
         "readable": not info.get("unreadable", False),
     }
 
@@ -99,15 +115,28 @@ def _size(n: int) -> str:
 
 def text_lines(rows: list[dict[str, Any]]) -> list[str]:
     """A header and one aligned line per checkpoint."""
+
     def cell(value: Any, fmt: str = "{}") -> str:
         return "-" if value is None else fmt.format(value)
 
-    table = [COLUMNS] + [(
-        r["key"], cell(r["model"]), cell(r["dataset"]), cell(r["seed"]), cell(r["epochs"]), cell(r["batch_size"]),
-        cell(r["lr"], "{:g}"), cell(r["lr_decay"], "{:g}"), cell(r["train_subset"] or ("all" if r["epochs"] else None)),
-        cell(r["source_hash"] and r["source_hash"][:10]), cell(r["torch"]),
-        cell(r["best_val_accuracy"], "{:.2f}") if r["readable"] else "unreadable",
-        cell(r["created"] and r["created"].replace("+00:00", "Z")), _size(r["size"]),
-    ) for r in rows]
+    table = [COLUMNS] + [
+        (
+            r["key"],
+            cell(r["model"]),
+            cell(r["dataset"]),
+            cell(r["seed"]),
+            cell(r["epochs"]),
+            cell(r["batch_size"]),
+            cell(r["lr"], "{:g}"),
+            cell(r["lr_decay"], "{:g}"),
+            cell(r["train_subset"] or ("all" if r["epochs"] else None)),
+            cell(r["source_hash"] and r["source_hash"][:10]),
+            cell(r["torch"]),
+            cell(r["best_val_accuracy"], "{:.2f}") if r["readable"] else "unreadable",
+            cell(r["created"] and r["created"].replace("+00:00", "Z")),
+            _size(r["size"]),
+        )
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
     return ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table]

@@ -43,6 +43,7 @@ class SuiteResult:
 
 
 def make_tracker(cfg: DictConfig) -> Tracker:
+    """The MLflow writer for a run config (a no-op when tracking is disabled)."""
     return Tracker(uri=cfg.tracking.uri, experiment=cfg.tracking.experiment,
                    artifact_root=Path(cfg.output_dir) / "mlartifacts", enabled=cfg.tracking.enabled)
 
@@ -63,10 +64,19 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
             if not cfg.remeasure and (kept := store.load(unit)) is not None:
                 done[unit.key] = kept
     todo = [u for units in plans.values() for u in units if u.key not in done]
-    log.info("%d unit(s): %d finished by an earlier run of this command, %d to run", len(done) + len(todo), len(done), len(todo))
+    log.info(
+        "%d unit(s): %d finished by an earlier run of this command, %d to run",
+        len(done) + len(todo),
+        len(done),
+        len(todo),
+    )
     tags = {cfg.suite: {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget} for cfg in cfgs}
-    parents = {cfg.suite: tracker.start_parent(f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags[cfg.suite],
-                                               to_yaml(cfg)) for cfg in cfgs}
+    parents = {
+        cfg.suite: tracker.start_parent(
+            f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags[cfg.suite], to_yaml(cfg)
+        )
+        for cfg in cfgs
+    }
     columns = {cfg.suite: SUITES.get(cfg.suite).sweep_columns for cfg in cfgs}
     try:
         for result in done.values():
@@ -82,8 +92,16 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
         raise
 
 
-def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, tracker: Tracker, done: dict[str, UnitResult],
-            parents: dict[str, str | None], tags: dict[str, dict[str, str]], columns: dict[str, tuple]) -> None:
+def _launch(
+    cfg: DictConfig,
+    todo: list[UnitSpec],
+    store: UnitStore,
+    tracker: Tracker,
+    done: dict[str, UnitResult],
+    parents: dict[str, str | None],
+    tags: dict[str, dict[str, str]],
+    columns: dict[str, tuple],
+) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them)."""
     failures = 0
     with Progress("units", len(todo), unit="unit", leave=True) as bar:
@@ -100,8 +118,9 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, tracker: Tr
             bar.note(f"last: {result.spec.name}" + (f", {failures} failed" if failures else ""))
 
 
-def _finish(cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult], tracker: Tracker,
-            parent_id: str | None) -> SuiteResult:
+def _finish(
+    cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult], tracker: Tracker, parent_id: str | None
+) -> SuiteResult:
     """The suite's records, tables, records.jsonl and config.yaml, and its parent run's headline metrics."""
     suite_cls = SUITES.get(cfg.suite)
     finished = [done[u.key] for u in units if u.key in done and done[u.key].status == "done"]
@@ -109,15 +128,20 @@ def _finish(cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult],
     records = [r for result in finished for r in result.records]
     if not records:
         cause = f" ({missing[0].spec.name}: {missing[0].error})" if missing else ""
-        raise CapsbenchError(f"no unit of suite {cfg.suite!r} produced records{cause}; "
-                             "see the log above, fix the cause and run the same command again")
+        raise CapsbenchError(
+            f"no unit of suite {cfg.suite!r} produced records{cause}; "
+            "see the log above, fix the cause and run the same command again"
+        )
     out_dir = Path(cfg.output_dir) / cfg.suite
     notes = suite_cls().notes(records, cfg.params) + [
-        f"MISSING {r.spec.name}: the unit failed ({r.error}); rerun the same command to measure it" for r in missing]
+        f"MISSING {r.spec.name}: the unit failed ({r.error}); rerun the same command to measure it" for r in missing
+    ]
     paths = write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
     paths["records.jsonl"] = out_dir / "records.jsonl"
-    write_text(paths["records.jsonl"], "".join(json.dumps({"schema_version": RECORDS_SCHEMA_VERSION, **r}, default=str)
-                                               + "\n" for r in records))
+    write_text(
+        paths["records.jsonl"],
+        "".join(json.dumps({"schema_version": RECORDS_SCHEMA_VERSION, **r}, default=str) + "\n" for r in records),
+    )
     paths["config.yaml"] = out_dir / "config.yaml"
     write_text(paths["config.yaml"], to_yaml(cfg))
     figures = [Path(p) for result in finished for p in result.figures]

@@ -40,13 +40,24 @@ def execute(spec: UnitSpec) -> UnitResult:
                   model_args=model_args)
     flag = {} if undertrained is None else {"undertrained": undertrained}
     result.records = [
-        {"suite": spec.suite, "model": spec.model, "dataset": spec.dataset, "seed": spec.seed, **spec.variant, **r, **flag}
+        {
+            "suite": spec.suite,
+            "model": spec.model,
+            "dataset": spec.dataset,
+            "seed": spec.seed,
+            **spec.variant,
+            **r,
+            **flag,
+        }
         for r in suite.measure(ctx)
     ]
     suffix = "".join(f"-{k}{v}" for k, v in spec.variant.items())
     figures = Path(cfg.output_dir) / spec.suite / "figures"
-    result.figures = [str(p) for name, fig in suite.figures(ctx).items()
-                      for p in save_figure(fig, figures / f"{name}-{spec.model}{suffix}-s{spec.seed}")]
+    result.figures = [
+        str(p)
+        for name, fig in suite.figures(ctx).items()
+        for p in save_figure(fig, figures / f"{name}-{spec.model}{suffix}-s{spec.seed}")
+    ]
     result.seconds = time.perf_counter() - start
     return result
 
@@ -77,7 +88,10 @@ def training_group(spec: UnitSpec) -> str | None:
     cfg = spec.run_config()
     d = cfg.data
     group = {
-        "model": spec.model, "seed": spec.seed, "dataset": cfg.dataset, "cache_dir": cfg.cache_dir,
+        "model": spec.model,
+        "seed": spec.seed,
+        "dataset": cfg.dataset,
+        "cache_dir": cfg.cache_dir,
         "model_args": OmegaConf.to_container(cfg.model_args)[spec.model],
         "data": {k: d[k] for k in ("val_size", "train_subset", "val_subset")},
         "train": train_settings_identity(cfg.train),  # optimizer, warm-up, adversarial, compile ... as in the key
@@ -103,8 +117,15 @@ def load_data(dataset: str, data: DictConfig) -> Splits:
 def _splits(data_json: str) -> Splits:
     """The dataset's splits, loaded once per process for every unit that reads the same data settings."""
     d = json.loads(data_json)
-    return load_splits(d["dataset"], root=Path(d["root"]), download=d["download"], val_size=d["val_size"],
-                       train_subset=d["train_subset"], val_subset=d["val_subset"], test_subset=d["test_subset"])
+    return load_splits(
+        d["dataset"],
+        root=Path(d["root"]),
+        download=d["download"],
+        val_size=d["val_size"],
+        train_subset=d["train_subset"],
+        val_subset=d["val_subset"],
+        test_subset=d["test_subset"],
+    )
 
 
 _RESOURCES: dict[str, Any] = {}
@@ -112,16 +133,20 @@ _RESOURCES: dict[str, Any] = {}
 
 def _resources(suite: Suite, cfg: DictConfig, splits: Splits) -> Any:
     """What the suite prepares once (e.g. a generated test set), kept per process for units with the same settings."""
-    settings = OmegaConf.to_container(OmegaConf.masked_copy(cfg, ["dataset", "data", "params", "cache_dir"]), resolve=True)
+    settings = OmegaConf.to_container(
+        OmegaConf.masked_copy(cfg, ["dataset", "data", "params", "cache_dir"]), resolve=True
+    )
     key = json.dumps([suite.name, settings], sort_keys=True, default=str)
     if key not in _RESOURCES:
         _RESOURCES[key] = suite.prepare(cfg, splits)
     return _RESOURCES[key]
 
 
-def _model(suite: Suite, cfg: DictConfig, spec: UnitSpec, splits: Splits, protocol: Any,
-           result: UnitResult) -> tuple[torch.nn.Module, dict[str, Any], bool | None]:
-    """A trained model from the checkpoint cache (or trained now), or a fresh seeded one for suites that need no weights;
+def _model(
+    suite: Suite, cfg: DictConfig, spec: UnitSpec, splits: Splits, protocol: Any, result: UnitResult
+) -> tuple[torch.nn.Module, dict[str, Any], bool | None]:
+    """A trained model from the checkpoint cache (or trained now), or a fresh seeded one for suites that need no
+    weights;
     whether a trained one is undertrained (None: not trained). Fills the result's params, metrics and curves."""
     if not suite.needs_training:
         args = model_config(cfg, spec.model, splits, protocol)
@@ -131,12 +156,20 @@ def _model(suite: Suite, cfg: DictConfig, spec: UnitSpec, splits: Splits, protoc
     trained = obtain_model(cfg, spec.model, spec.seed, splits, protocol)
     val, floor = 100.0 * trained.meta["best_val_accuracy"], protocol.min_validation_score(splits.spec)
     if val < floor:
-        log.warning("%s seed %d is undertrained: best validation score %.2f %% is below the floor of %.1f %% for %s; "
-                    "it is flagged in the records and tables and never counted as best", spec.model, spec.seed, val,
-                    floor, splits.name)
+        log.warning(
+            "%s seed %d is undertrained: best validation score %.2f %% is below the floor of %.1f %% for %s; "
+            "it is flagged in the records and tables and never counted as best",
+            spec.model,
+            spec.seed,
+            val,
+            floor,
+            splits.name,
+        )
     args = trained.meta["identity"]["model_args"]
     result.params = {
-        "checkpoint.key": trained.key, "checkpoint.path": str(trained.path), "checkpoint.cached": trained.cached,
+        "checkpoint.key": trained.key,
+        "checkpoint.path": str(trained.path),
+        "checkpoint.cached": trained.cached,
         "checkpoint.best_epoch": trained.meta["best_epoch"],
         "checkpoint.train_threads": trained.meta.get("threads"),  # None: trained before it was recorded
         **{f"model_args.{k}": v for k, v in args.items()},

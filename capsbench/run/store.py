@@ -41,6 +41,8 @@ class UnitStore:
         except (ValueError, TypeError, KeyError) as exc:  # truncated or foreign JSON: measure the unit again
             aside = path.with_name(f"{path.name}.corrupt-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
             path.replace(aside)
-            log.warning("unreadable unit result %s (%s); moved to %s and measuring the unit again", path, exc, aside.name)
+            log.warning(
+                "unreadable unit result %s (%s); moved to %s and measuring the unit again", path, exc, aside.name
+            )
             return None
         return result if result.key == spec.key and result.status == "done" else None

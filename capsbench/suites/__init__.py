@@ -7,7 +7,7 @@ SUITES.get(name) imports the suite class (and torch) on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from capsbench.suites.params import AffineParams, EfficiencyParams, NoParams, OverlapParams, RoutingParams
 from capsbench.suites.robustness_params import RobustnessParams

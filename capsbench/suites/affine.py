@@ -58,20 +58,38 @@ class AffineSuite(Suite):
     description = "affNIST protocol: train on 40x40 shifted MNIST, test on affNIST(-style) and per-transform sweeps"
     metrics = (
         Metric("centred_accuracy", "%", True, "MNIST test digits centred on the 40x40 canvas"),
-        Metric("affnist_accuracy", "%", True, "real affNIST test set, or the generated affNIST-style set (see test_set)"),
+        Metric(
+            "affnist_accuracy", "%", True, "real affNIST test set, or the generated affNIST-style set (see test_set)"
+        ),
         Metric("sweep_accuracy", "%", True, "sweep test digits under one transform of the given magnitude"),
     )
     sweep_columns = ("test_set", "transform", "magnitude")
     layout = Layout(
         tables=(
-            TableSpec("affnist", "Affine generalisation: trained on translated MNIST, tested on centred digits and affNIST",
-                      (Column("centred_accuracy", "centred"), Column("affnist_accuracy", "affNIST")), describe=("test_set",)),
-            TableSpec("sweeps", "Accuracy under one transform at a time",
-                      (SweepColumns("sweep_accuracy", "magnitude", "accuracy ({unit}) at magnitude"),),
-                      split=Group("transform", SWEEPS, SWEEP_LABELS)),
+            TableSpec(
+                "affnist",
+                "Affine generalisation: trained on translated MNIST, tested on centred digits and affNIST",
+                (Column("centred_accuracy", "centred"), Column("affnist_accuracy", "affNIST")),
+                describe=("test_set",),
+            ),
+            TableSpec(
+                "sweeps",
+                "Accuracy under one transform at a time",
+                (SweepColumns("sweep_accuracy", "magnitude", "accuracy ({unit}) at magnitude"),),
+                split=Group("transform", SWEEPS, SWEEP_LABELS),
+            ),
         ),
-        figures=(SweepPlot("sweeps", ("sweep_accuracy",), "magnitude", facet=Group("transform", SWEEPS, SWEEP_LABELS),
-                           xlabel="magnitude", ylabels=("accuracy (%)",), share_x=False),),
+        figures=(
+            SweepPlot(
+                "sweeps",
+                ("sweep_accuracy",),
+                "magnitude",
+                facet=Group("transform", SWEEPS, SWEEP_LABELS),
+                xlabel="magnitude",
+                ylabels=("accuracy (%)",),
+                share_x=False,
+            ),
+        ),
     )
     Params = AffineParams
 
@@ -81,8 +99,12 @@ class AffineSuite(Suite):
         t = cfg.train
         if t.get("augment") == "affine":
             low, high = t.affine_scale
-            ranges = AugmentRanges(max_rotation_deg=float(t.affine_rotation_deg), max_shear=float(t.affine_shear),
-                                   min_scale=float(low), max_scale=float(high))
+            ranges = AugmentRanges(
+                max_rotation_deg=float(t.affine_rotation_deg),
+                max_shear=float(t.affine_shear),
+                min_scale=float(low),
+                max_scale=float(high),
+            )
             return AffineCanvasProtocol(canvas=cfg.params.canvas, ranges=ranges)
         return CanvasProtocol(canvas=cfg.params.canvas)
 
@@ -94,10 +116,20 @@ class AffineSuite(Suite):
                 raise CapsbenchError(f"affNIST images are 40x40 but params.canvas is {p.canvas}; use params.canvas=40")
             return AffineTestSet(real[0], real[1], "affNIST")
         n = p.affnist_images
-        ranges = AffineRanges(max_rotation_deg=p.max_rotation_deg, max_shear=p.max_shear, min_scale=p.min_scale,
-                              max_scale=p.max_scale, canvas=p.canvas, seed=p.generator_seed)
+        ranges = AffineRanges(
+            max_rotation_deg=p.max_rotation_deg,
+            max_shear=p.max_shear,
+            min_scale=p.min_scale,
+            max_scale=p.max_scale,
+            canvas=p.canvas,
+            seed=p.generator_seed,
+        )
         made = cached_affnist_style(splits.test_x[:n], splits.test_y[:n], ranges, Path(cfg.cache_dir))
-        log.info("affNIST files not under %s/affNIST: using the generated affNIST-style set (sha256 %s)", cfg.data.root, made.sha256)
+        log.info(
+            "affNIST files not under %s/affNIST: using the generated affNIST-style set (sha256 %s)",
+            cfg.data.root,
+            made.sha256,
+        )
         return AffineTestSet(made.images, made.labels, f"affNIST-style sha256:{made.sha256[:16]}")
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
@@ -106,8 +138,11 @@ class AffineSuite(Suite):
         centred = correct(x=split.test_x, y=split.test_y, transform=ctx.protocol.eval_inputs, **evaluate)
         records = [
             {"metric": "centred_accuracy", **accuracy_fields(centred.numpy())},
-            {"metric": "affnist_accuracy", **accuracy_fields(correct(x=test.images, y=test.labels, **evaluate).numpy()),
-             "test_set": test.name},
+            {
+                "metric": "affnist_accuracy",
+                **accuracy_fields(correct(x=test.images, y=test.labels, **evaluate).numpy()),
+                "test_set": test.name,
+            },
         ]
         canvas = centre_on_canvas(split.test_x[: p.sweep_images], p.canvas)  # (N, 1, S, S) uint8
         labels = split.test_y[: p.sweep_images]
@@ -115,6 +150,12 @@ class AffineSuite(Suite):
             for value in getattr(p, transform):
                 matrix, shift = sweep_transform(transform, value)
                 ok = correct(x=warp(canvas, matrix, shift), y=labels, **evaluate).numpy()
-                records.append({"metric": "sweep_accuracy", **accuracy_fields(ok), "transform": transform,
-                                "magnitude": float(value)})
+                records.append(
+                    {
+                        "metric": "sweep_accuracy",
+                        **accuracy_fields(ok),
+                        "transform": transform,
+                        "magnitude": float(value),
+                    }
+                )
         return records

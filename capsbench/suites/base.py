@@ -70,10 +70,11 @@ class Suite:
     detail_columns: ClassVar[tuple[str, ...]] = ()  # text columns kept in the records, never pivoted (e.g. a reason)
     layout: ClassVar[Layout | None] = None  # tables and figures drawn from the records; None: a column per metric
     Params: ClassVar[type] = NoParams
-    needs_training: ClassVar[bool] = True  # False: the runner builds fresh models (seeded) at the budget's sizes
+    needs_training: ClassVar[bool] = True  # False: the unit builds fresh models (seeded) at the budget's sizes
 
     def variants(self, cfg: Any, model_name: str) -> list[Variant]:
-        """The variants of a model this suite measures (e.g. routing iterations r = 1..5); default: the model as configured."""
+        """The variants of a model this suite measures (e.g. routing iterations r = 1..5); default: the model as
+        configured."""
         return [Variant()]
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
@@ -89,7 +90,7 @@ class Suite:
         raise NotImplementedError
 
     def figures(self, ctx: Context) -> dict[str, Figure]:
-        """Per-model figures that records cannot express (e.g. example images); written by the runner."""
+        """Per-model figures that records cannot express (e.g. example images); written by the driver."""
         return {}
 
     def notes(self, records: list[dict[str, Any]], params: Any) -> list[str]:

@@ -20,32 +20,70 @@ from capsbench.util.progress import Progress
 log = logging.getLogger(__name__)
 MIB = 2**20
 TIMING = ("device", "dtype")  # how timings were taken: stated under the tables, never columns
-LAYOUT = Layout((
-    TableSpec("cost", "Cost per model at the budget's size",
-              (Column("params", "params", {"part": "total"}), Column("macs", "MACs", {"part": "total"}, "per image"),
-               Column("latency", "latency", {"batch": 1}, "batch 1"), Column("throughput", "throughput", detail="large batch")),
-              describe=TIMING, notes=("FLOPs = 2 x MACs; MACs count conv, linear and matmul multiply-accumulates",)),
-    TableSpec("parts", "Parameters and MACs per part (encoder, routing weights, decoder)",
-              (SweepColumns("params", "part", "params ({unit})", compare=False),
-               SweepColumns("macs", "part", "MACs per image ({unit})", compare=False),
-               SweepColumns("elementwise_ops", "part", "elementwise ops per image ({unit})", compare=False))),
-    TableSpec("memory", "Peak memory of one step",
-              (SweepColumns("peak_memory", "batch", "inference peak ({unit}) at batch", {"mode": "infer"}),
-               SweepColumns("peak_memory", "batch", "training peak ({unit}) at batch", {"mode": "train"}),
-               SweepColumns("step_memory", "batch", "training step ({unit}) at batch", {"mode": "train"})),
-              describe=("method", *TIMING)),
-    TableSpec("routing", "Routing module time against routing iterations r",
-              (SweepColumns("routing_latency", "r", "routing time ({unit}) at r"),), blocks=Group("batch"), describe=TIMING),
-    TableSpec("routing_iteration", "Time per routing iteration",
-              (SweepColumns("routing_iteration_latency", "batch", "time per iteration ({unit}) at batch"),),
-              blocks=Group("method"), describe=TIMING),
-    TableSpec("counting", "How the MACs were counted: the cross-check and the ops no counter handles",
-              (Column("macs", "MACs", {"part": "total"}, "fvcore + handles", compare=False),
-               Column("flopcounter_macs", "MACs", detail="FlopCounterMode", compare=False),
-               SweepColumns("uncounted_op_calls", "op", "uncounted ({unit}) by op"))),
-    TableSpec("modules", "MACs per top-level module", (Column("module_macs", "MACs", detail="per image", compare=False),),
-              rows=("module",)),
-))
+LAYOUT = Layout(
+    (
+        TableSpec(
+            "cost",
+            "Cost per model at the budget's size",
+            (
+                Column("params", "params", {"part": "total"}),
+                Column("macs", "MACs", {"part": "total"}, "per image"),
+                Column("latency", "latency", {"batch": 1}, "batch 1"),
+                Column("throughput", "throughput", detail="large batch"),
+            ),
+            describe=TIMING,
+            notes=("FLOPs = 2 x MACs; MACs count conv, linear and matmul multiply-accumulates",),
+        ),
+        TableSpec(
+            "parts",
+            "Parameters and MACs per part (encoder, routing weights, decoder)",
+            (
+                SweepColumns("params", "part", "params ({unit})", compare=False),
+                SweepColumns("macs", "part", "MACs per image ({unit})", compare=False),
+                SweepColumns("elementwise_ops", "part", "elementwise ops per image ({unit})", compare=False),
+            ),
+        ),
+        TableSpec(
+            "memory",
+            "Peak memory of one step",
+            (
+                SweepColumns("peak_memory", "batch", "inference peak ({unit}) at batch", {"mode": "infer"}),
+                SweepColumns("peak_memory", "batch", "training peak ({unit}) at batch", {"mode": "train"}),
+                SweepColumns("step_memory", "batch", "training step ({unit}) at batch", {"mode": "train"}),
+            ),
+            describe=("method", *TIMING),
+        ),
+        TableSpec(
+            "routing",
+            "Routing module time against routing iterations r",
+            (SweepColumns("routing_latency", "r", "routing time ({unit}) at r"),),
+            blocks=Group("batch"),
+            describe=TIMING,
+        ),
+        TableSpec(
+            "routing_iteration",
+            "Time per routing iteration",
+            (SweepColumns("routing_iteration_latency", "batch", "time per iteration ({unit}) at batch"),),
+            blocks=Group("method"),
+            describe=TIMING,
+        ),
+        TableSpec(
+            "counting",
+            "How the MACs were counted: the cross-check and the ops no counter handles",
+            (
+                Column("macs", "MACs", {"part": "total"}, "fvcore + handles", compare=False),
+                Column("flopcounter_macs", "MACs", detail="FlopCounterMode", compare=False),
+                SweepColumns("uncounted_op_calls", "op", "uncounted ({unit}) by op"),
+            ),
+        ),
+        TableSpec(
+            "modules",
+            "MACs per top-level module",
+            (Column("module_macs", "MACs", detail="per image", compare=False),),
+            rows=("module",),
+        ),
+    )
+)
 
 
 class EfficiencySuite(Suite):
@@ -56,10 +94,20 @@ class EfficiencySuite(Suite):
     sweep_columns = ("part", "module", "op", "mode", "batch", "r", "method", "device", "dtype")
     metrics = (
         Metric("params", "M", False, "parameters, total and per part (encoder, routing weights, decoder)", exact=True),
-        Metric("macs", "M MACs", False, "multiply-accumulates of conv/linear/matmul ops per image, per part", exact=True),
+        Metric(
+            "macs", "M MACs", False, "multiply-accumulates of conv/linear/matmul ops per image, per part", exact=True
+        ),
         Metric("flops", "M FLOPs", False, "2 x MACs per image", exact=True),
-        Metric("elementwise_ops", "M ops", False, "softmax, squash, norms, activations per image (one per element)", exact=True),
-        Metric("flopcounter_macs", "M MACs", False, "cross-check: torch FlopCounterMode FLOPs / 2 per image", exact=True),
+        Metric(
+            "elementwise_ops",
+            "M ops",
+            False,
+            "softmax, squash, norms, activations per image (one per element)",
+            exact=True,
+        ),
+        Metric(
+            "flopcounter_macs", "M MACs", False, "cross-check: torch FlopCounterMode FLOPs / 2 per image", exact=True
+        ),
         Metric("module_macs", "M MACs", False, "MACs per top-level module", exact=True),
         Metric("uncounted_op_calls", "calls", None, "ops no counter handles (listed, not hidden)"),
         Metric("peak_memory", "MiB", False, "peak memory of one step (CUDA max allocated, or process peak RSS on CPU)"),
@@ -77,8 +125,10 @@ class EfficiencySuite(Suite):
         side = ctx.protocol.input_size(spec.image_size)
         shape = (spec.in_channels, side, side)
         timing = {"device": device_label(ctx.device), "dtype": dtype_label(p.precision)}  # on every measured record
-        timed = ([("peak memory", self._memory)] if p.memory else []) + [("latency", self._latency),
-                                                                         ("routing latency", self._routing)]
+        timed = ([("peak memory", self._memory)] if p.memory else []) + [
+            ("latency", self._latency),
+            ("routing latency", self._routing),
+        ]
         with Progress(f"efficiency {ctx.model_name}", 1 + len(timed), unit="probe") as bar:
             bar.note("counting MACs")
             records = self._counts(ctx.model, shape)
@@ -95,7 +145,9 @@ class EfficiencySuite(Suite):
         params = parameter_counts(model)
         # Parts the model has: a CNN has no routing or decoder part.
         parts = [p for p in PARTS if params[p] or report.macs[p] or report.elementwise[p]]
-        rows: list[dict[str, Any]] = [{"metric": "params", "value": params[p] / 1e6, "part": p} for p in [*parts, "total"]]
+        rows: list[dict[str, Any]] = [
+            {"metric": "params", "value": params[p] / 1e6, "part": p} for p in [*parts, "total"]
+        ]
         for part in parts:
             rows.append({"metric": "macs", "value": report.macs[part] / 1e6, "part": part})
             rows.append({"metric": "elementwise_ops", "value": report.elementwise[part] / 1e6, "part": part})
@@ -121,8 +173,12 @@ class EfficiencySuite(Suite):
                     rows.append({"metric": "peak_memory", "value": peak / MIB, "method": "cuda max allocated", **cols})
                 else:
                     rss = cpu_peak_rss(spec)
-                    rows.append({"metric": "peak_memory", "value": rss.peak / MIB, "method": "peak RSS, fresh process", **cols})
-                    rows.append({"metric": "step_memory", "value": rss.step / MIB, "method": "peak RSS, fresh process", **cols})
+                    rows.append(
+                        {"metric": "peak_memory", "value": rss.peak / MIB, "method": "peak RSS, fresh process", **cols}
+                    )
+                    rows.append(
+                        {"metric": "step_memory", "value": rss.step / MIB, "method": "peak RSS, fresh process", **cols}
+                    )
         ctx.model.zero_grad(set_to_none=True)
         return rows
 
@@ -155,16 +211,31 @@ class EfficiencySuite(Suite):
                 with autocast(ctx.device, p.precision):
                     inputs = routing_inputs(ctx.model, module, x)
                     timing = time_iterations(
-                        module, inputs, max_iterations=p.routing_max_iterations, device=ctx.device,
-                        warmup=p.warmup, repeats=p.repeats,
+                        module,
+                        inputs,
+                        max_iterations=p.routing_max_iterations,
+                        device=ctx.device,
+                        warmup=p.warmup,
+                        repeats=p.repeats,
                     )
                 for r, seconds in timing.seconds.items():
                     rows.append({"metric": "routing_latency", "value": 1e3 * seconds, "batch": batch, "r": r})
                 method = f"slope of median time over r=1..{p.routing_max_iterations}"
-                rows.append({"metric": "routing_iteration_latency", "value": 1e3 * timing.slope, "batch": batch, "method": method})
+                rows.append(
+                    {
+                        "metric": "routing_iteration_latency",
+                        "value": 1e3 * timing.slope,
+                        "batch": batch,
+                        "method": method,
+                    }
+                )
                 if timing.events is not None:
-                    rows.append({
-                        "metric": "routing_iteration_latency", "value": 1e3 * timing.events, "batch": batch,
-                        "method": f"CUDA events between iterations at r={p.routing_max_iterations}",
-                    })
+                    rows.append(
+                        {
+                            "metric": "routing_iteration_latency",
+                            "value": 1e3 * timing.events,
+                            "batch": batch,
+                            "method": f"CUDA events between iterations at r={p.routing_max_iterations}",
+                        }
+                    )
         return rows

@@ -1,4 +1,5 @@
-"""Overlapping digits (MultiMNIST, Sabour et al. 2017 section 6): both-digits-correct accuracy and segmentation figures."""
+"""Overlapping digits (MultiMNIST, Sabour et al. 2017 section 6): both-digits-correct accuracy and segmentation
+figures."""
 
 from __future__ import annotations
 
@@ -21,25 +22,45 @@ class OverlapSuite(Suite):
     name = "overlap"
     description = "MultiMNIST: two overlapping digits; correct only when the top-2 classes are exactly both digits"
     metrics = (
-        Metric("both_correct_accuracy", "%", True, "test pairs whose two highest-scoring classes are exactly their digits"),
+        Metric(
+            "both_correct_accuracy", "%", True, "test pairs whose two highest-scoring classes are exactly their digits"
+        ),
         Metric("both_correct_error", "%", False, "100 - both_correct_accuracy (the paper's MultiMNIST error)"),
-        Metric("per_digit_accuracy", "%", True, "digits of the test pairs that are among the two highest-scoring classes"),
+        Metric(
+            "per_digit_accuracy", "%", True, "digits of the test pairs that are among the two highest-scoring classes"
+        ),
         Metric("single_digit_accuracy", "%", True, "top-1 accuracy on single MNIST test digits centred on the canvas"),
-        Metric("box_overlap", "%", None, "mean intersection of the two digits' shifted bounding boxes over the smaller box"),
+        Metric(
+            "box_overlap", "%", None, "mean intersection of the two digits' shifted bounding boxes over the smaller box"
+        ),
     )
-    layout = Layout((TableSpec(
-        "overlap", "Overlapping digits (MultiMNIST): a pair counts only when its two digits are the two top classes",
-        (Column("both_correct_accuracy", "both correct"), Column("both_correct_error", "error"),
-         Column("per_digit_accuracy", "per digit"), Column("single_digit_accuracy", "single digit"),
-         Column("box_overlap", "box overlap")),
-    ),))
+    layout = Layout(
+        (
+            TableSpec(
+                "overlap",
+                "Overlapping digits (MultiMNIST): a pair counts only when its two digits are the two top classes",
+                (
+                    Column("both_correct_accuracy", "both correct"),
+                    Column("both_correct_error", "error"),
+                    Column("per_digit_accuracy", "per digit"),
+                    Column("single_digit_accuracy", "single digit"),
+                    Column("box_overlap", "box overlap"),
+                ),
+            ),
+        )
+    )
     Params = OverlapParams
 
     def protocol(self, cfg: Any) -> MultiMNISTProtocol:
         p = cfg.params
         return MultiMNISTProtocol(
-            max_shift=p.max_shift, canvas=p.canvas, merge=p.merge, num_classes=DATASETS.get(cfg.dataset).num_classes,
-            val_pairs_per_digit=p.val_pairs_per_digit, val_seed=p.val_seed, cache_dir=cfg.cache_dir,
+            max_shift=p.max_shift,
+            canvas=p.canvas,
+            merge=p.merge,
+            num_classes=DATASETS.get(cfg.dataset).num_classes,
+            val_pairs_per_digit=p.val_pairs_per_digit,
+            val_seed=p.val_seed,
+            cache_dir=cfg.cache_dir,
         )
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
@@ -49,7 +70,12 @@ class OverlapSuite(Suite):
         scores = proto.pair_scores(ctx.model, split.test_x, recipe, batch_size=ctx.batch_size, device=ctx.device)
         both = both_correct(scores, pairs).cpu().numpy()
         single = correct(
-            ctx.model, split.test_x, split.test_y, batch_size=ctx.batch_size, device=ctx.device, transform=proto.eval_inputs
+            ctx.model,
+            split.test_x,
+            split.test_y,
+            batch_size=ctx.batch_size,
+            device=ctx.device,
+            transform=proto.eval_inputs,
         ).numpy()
         return [
             {"metric": "both_correct_accuracy", **accuracy_fields(both)},

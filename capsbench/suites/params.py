@@ -26,7 +26,9 @@ class AffineParams:
     min_scale: float = 0.8
     max_scale: float = 1.2
     sweep_images: int | None = 1000  # first n MNIST test images for the sweeps; None = all
-    rotation: list[float] = field(default_factory=lambda: [-90.0, -60.0, -45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0, 60.0, 90.0])
+    rotation: list[float] = field(
+        default_factory=lambda: [-90.0, -60.0, -45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0, 60.0, 90.0]
+    )
     scale: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5])
     shear: list[float] = field(default_factory=lambda: [-0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6])
     translation: list[float] = field(default_factory=lambda: [-12.0, -9.0, -6.0, -3.0, 0.0, 3.0, 6.0, 9.0, 12.0])
@@ -74,4 +76,6 @@ class RoutingParams:
     def validate(cfg: Any) -> None:
         check_precision(cfg.params.precision)
         if not cfg.params.iterations or min(cfg.params.iterations) < 1:
-            raise CapsbenchError(f"params.iterations must be a non-empty list of r >= 1, got {list(cfg.params.iterations)}")
+            raise CapsbenchError(
+                f"params.iterations must be a non-empty list of r >= 1, got {list(cfg.params.iterations)}"
+            )

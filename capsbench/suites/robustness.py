@@ -28,18 +28,42 @@ from capsbench.util.style import STYLE
 
 FLAG_SYMBOLS = {"eps0_equals_clean": "0", "pgd_not_weaker_than_fgsm": "F", "monotone_in_eps": "M",
                 "blackbox_not_stronger": "B", "near_zero_at_max_eps": "Z", "adaptive_stronger": "A"}
-ATTACK_ORDER = ("worst_case", "pgd_detect_aware", "pgd_adaptive", "vote", "pgd", "fgsm", "square")  # the strongest first
-ATTACKS_SHOWN = Group("attack", ATTACK_ORDER, {"worst_case": "worst case", "pgd_detect_aware": "PGD detection-aware",
-                                                "pgd_adaptive": "PGD adaptive", "vote": "Vote", "pgd": "PGD",
-                                                "fgsm": "FGSM", "square": "Square"})
+ATTACK_ORDER = (
+    "worst_case",
+    "pgd_detect_aware",
+    "pgd_adaptive",
+    "vote",
+    "pgd",
+    "fgsm",
+    "square",
+)  # the strongest first
+ATTACKS_SHOWN = Group(
+    "attack",
+    ATTACK_ORDER,
+    {
+        "worst_case": "worst case",
+        "pgd_detect_aware": "PGD detection-aware",
+        "pgd_adaptive": "PGD adaptive",
+        "vote": "Vote",
+        "pgd": "PGD",
+        "fgsm": "FGSM",
+        "square": "Square",
+    },
+)
 EPS_COLUMNS = SweepColumns("robust_accuracy", "eps", "robust accuracy ({unit}) at eps", drop=(0.0,))  # eps 0 = clean
 
 
 def settings(params: Any, num_classes: int) -> AttackSettings:
+    """The attack settings of the suite's params for a dataset of `num_classes` classes."""
     return AttackSettings(
-        steps=params.pgd_steps, step_ratio=params.pgd_step_ratio, restarts=params.pgd_restarts,
-        square_queries=params.square_queries, num_classes=num_classes, seed=params.attack_seed,
-        batch_size=params.batch_size, early_exit=params.early_exit,
+        steps=params.pgd_steps,
+        step_ratio=params.pgd_step_ratio,
+        restarts=params.pgd_restarts,
+        square_queries=params.square_queries,
+        num_classes=num_classes,
+        seed=params.attack_seed,
+        batch_size=params.batch_size,
+        early_exit=params.early_exit,
     )
 
 
@@ -50,41 +74,91 @@ class RobustnessSuite(Suite):
     per-image union over all attacks and smaller eps, and params.extra_attacks attack only what it leaves robust."""
 
     name = "robustness"
-    description = "robust accuracy under L-inf FGSM / PGD / adaptive (squash-aware, vote) / Square, worst case, masking checks"
+    description = (
+        "robust accuracy under L-inf FGSM / PGD / adaptive (squash-aware, vote) / Square, worst case, masking checks"
+    )
     metrics = (
         Metric("clean_accuracy", "%", True, "accuracy on the attacked test images, unperturbed"),
         Metric("robust_accuracy", "%", True, "share of test images classified correctly both clean and under attack"),
-        Metric("attack_skipped", "count", None, "1: the attack in column `attack` does not apply to this model (see `reason`)"),
+        Metric(
+            "attack_skipped",
+            "count",
+            None,
+            "1: the attack in column `attack` does not apply to this model (see `reason`)",
+        ),
         Metric("sanity_flags", "count", None, "gradient-masking checks that fired for this (model, seed)"),
         Metric("sanity_flag", "fired", None, "1 if the check in column `check` fired, else 0"),
         Metric("attack_throughput", "images/s", True, "images x eps attacked per second, over the eps > 0 runs"),
-        Metric("correct_or_detected", "%", True, "detection on: test images classified correctly under attack or "
-               "flagged by the reconstruction detector (clean mistakes count only if flagged)"),
-        Metric("detection_rate", "%", True, "detection on: share of the images an attack broke whose adversarial "
-               "image the detector flags"),
+        Metric(
+            "correct_or_detected",
+            "%",
+            True,
+            "detection on: test images classified correctly under attack or "
+            "flagged by the reconstruction detector (clean mistakes count only if flagged)",
+        ),
+        Metric(
+            "detection_rate",
+            "%",
+            True,
+            "detection on: share of the images an attack broke whose adversarial image the detector flags",
+        ),
         Metric("detection_false_positive_rate", "%", False, "detection on: clean test images the detector flags"),
-        Metric("detection_threshold", "distance", None, "detection on: reconstruction distance above which an input "
-               "is flagged, set on clean validation images at params.detection_fpr"),
+        Metric(
+            "detection_threshold",
+            "distance",
+            None,
+            "detection on: reconstruction distance above which an input "
+            "is flagged, set on clean validation images at params.detection_fpr",
+        ),
     )
     sweep_columns = ("attack", "eps", "check")
     detail_columns = ("reason",)
     layout = Layout(
         tables=(
-            TableSpec("worst_case", "Robust accuracy under the per-image worst case over all attacks (L-inf)",
-                      (Column("clean_accuracy", "clean"), replace(EPS_COLUMNS, where={"attack": WORST_CASE}),
-                       FlagColumn("sanity_flag", "check", FLAG_SYMBOLS, CHECKS))),
-            TableSpec("attacks", "Robust accuracy per attack (L-inf)", (EPS_COLUMNS,), blocks=ATTACKS_SHOWN,
-                      drop={"attack": (WORST_CASE,)}),
-            TableSpec("detection", "Correct or flagged by the reconstruction detector under attack (L-inf)",
-                      (Column("detection_false_positive_rate", "clean flagged"),
-                       SweepColumns("correct_or_detected", "eps", "correct or detected ({unit}) at eps")),
-                      blocks=ATTACKS_SHOWN),
+            TableSpec(
+                "worst_case",
+                "Robust accuracy under the per-image worst case over all attacks (L-inf)",
+                (
+                    Column("clean_accuracy", "clean"),
+                    replace(EPS_COLUMNS, where={"attack": WORST_CASE}),
+                    FlagColumn("sanity_flag", "check", FLAG_SYMBOLS, CHECKS),
+                ),
+            ),
+            TableSpec(
+                "attacks",
+                "Robust accuracy per attack (L-inf)",
+                (EPS_COLUMNS,),
+                blocks=ATTACKS_SHOWN,
+                drop={"attack": (WORST_CASE,)},
+            ),
+            TableSpec(
+                "detection",
+                "Correct or flagged by the reconstruction detector under attack (L-inf)",
+                (
+                    Column("detection_false_positive_rate", "clean flagged"),
+                    SweepColumns("correct_or_detected", "eps", "correct or detected ({unit}) at eps"),
+                ),
+                blocks=ATTACKS_SHOWN,
+            ),
         ),
         figures=(
-            SweepPlot("worst_case_vs_eps", ("robust_accuracy",), "eps", keep={"attack": (WORST_CASE,)},
-                      xlabel="eps (L-inf, pixels in [0, 1])", ylabels=("worst-case robust accuracy (%)",)),
-            SweepPlot("robust_accuracy_vs_eps", ("robust_accuracy",), "eps", facet=ATTACKS_SHOWN, drop={"attack": ("square",)},
-                      xlabel="eps", ylabels=("robust accuracy (%)",)),
+            SweepPlot(
+                "worst_case_vs_eps",
+                ("robust_accuracy",),
+                "eps",
+                keep={"attack": (WORST_CASE,)},
+                xlabel="eps (L-inf, pixels in [0, 1])",
+                ylabels=("worst-case robust accuracy (%)",),
+            ),
+            SweepPlot(
+                "robust_accuracy_vs_eps",
+                ("robust_accuracy",),
+                "eps",
+                facet=ATTACKS_SHOWN,
+                drop={"attack": ("square",)},
+                xlabel="eps",
+                ylabels=("robust accuracy (%)",),
+            ),
         ),
     )
     Params = RobustnessParams
@@ -102,8 +176,9 @@ class RobustnessSuite(Suite):
         if p.detection_fpr is not None:
             run.detector, skipped = detection.fit(ctx, run)
             records += skipped
-        with Progress(f"attacks {ctx.model_name} s{ctx.seed}", len(p.attacks) + len(p.extra_attacks),
-                      unit="attack") as bar:
+        with Progress(
+            f"attacks {ctx.model_name} s{ctx.seed}", len(p.attacks) + len(p.extra_attacks), unit="attack"
+        ) as bar:
             for name in p.attacks:
                 bar.note(f"{name} on {int(clean_ok.sum())} images")
                 records += run.standalone(name, grid if CATALOG.get(name).white_box else [bb])
@@ -114,13 +189,21 @@ class RobustnessSuite(Suite):
                 bar.update()
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [
-            {"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps, **accuracy_fields((clean_ok & ~worst[eps]).numpy())}
+            {
+                "metric": "robust_accuracy",
+                "attack": WORST_CASE,
+                "eps": eps,
+                **accuracy_fields((clean_ok & ~worst[eps]).numpy()),
+            }
             for eps in grid
         ]
         if run.detector is not None:
             records += detection.detection_records(ctx, run, run.detector, grid)
-        records += [{"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
-                    for a, s in run.seconds.items() if s > 0 and run.rows[a] > 0]
+        records += [
+            {"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
+            for a, s in run.seconds.items()
+            if s > 0 and run.rows[a] > 0
+        ]
         flags = sanity_flags(records, near_zero=p.near_zero)
         records += [{"metric": "sanity_flag", "value": float(f.fired), "check": f.check} for f in flags]
         records.append({"metric": "sanity_flags", "value": float(sum(f.fired for f in flags))})
@@ -135,7 +218,8 @@ class RobustnessSuite(Suite):
         lines = [
             f"FLAG {model} / {dataset} seed {seed}: {f.check} ({CHECKS[f.check]}): {f.detail}"
             for (model, dataset, seed), rows in groups.items()
-            for f in sanity_flags(rows, near_zero=params.near_zero) if f.fired
+            for f in sanity_flags(rows, near_zero=params.near_zero)
+            if f.fired
         ] or [f"sanity checks passed for every model and seed: {', '.join(CHECKS)}"]
         skipped = {(r["model"], r["attack"], r["reason"]) for r in records if r["metric"] == "attack_skipped"}
         return lines + [f"{attack} not run on {model}: {reason}" for model, attack, reason in sorted(skipped)]
@@ -144,8 +228,9 @@ class RobustnessSuite(Suite):
         """PGD adversarial examples of the first test images at every eps, titled by the model's decision."""
         p, n, grid = ctx.params, ctx.params.examples, ctx.resources.eps
         images, labels = next(batches(ctx.splits.test_x[:n], ctx.splits.test_y[:n], n, device=ctx.device))
-        result = ATTACKS.get("pgd").run(ctx.model, images, labels, torch.arange(n), grid,
-                                        settings(p, ctx.splits.spec.num_classes))
+        result = ATTACKS.get("pgd").run(
+            ctx.model, images, labels, torch.arange(n), grid, settings(p, ctx.splits.spec.num_classes)
+        )
         with plt.rc_context(STYLE):
             fig, axes = plt.subplots(len(grid), n, figsize=(0.9 * n, 1.0 * len(grid)), squeeze=False)
             for row, eps in enumerate(grid):
@@ -182,7 +267,12 @@ class _AttackRun:
             return [{"metric": "attack_skipped", "value": 1.0, "attack": name, "reason": reason}]
         broken = self._attack(name, self.clean_ok, eps_values)
         return [
-            {"metric": "robust_accuracy", "attack": name, "eps": eps, **accuracy_fields((self.clean_ok & ~mask).numpy())}
+            {
+                "metric": "robust_accuracy",
+                "attack": name,
+                "eps": eps,
+                **accuracy_fields((self.clean_ok & ~mask).numpy()),
+            }
             for eps, mask in broken.items()
         ]
 
@@ -202,13 +292,17 @@ class _AttackRun:
         the detector); its cost is counted."""
         return self._attack(name, candidates, eps_values, keep=False)
 
-    def _attack(self, name: str, candidates: torch.Tensor, eps_values: list[float], *,
-                keep: bool = True) -> dict[float, torch.Tensor]:
+    def _attack(
+        self, name: str, candidates: torch.Tensor, eps_values: list[float], *, keep: bool = True
+    ) -> dict[float, torch.Tensor]:
         ids = candidates.nonzero().squeeze(1)  # (M,) test-set indices of the images to attack
         images, y = as_images(self.ctx.splits.test_x[ids], self.ctx.device), self.ctx.splits.test_y[ids]
         start = time.perf_counter()
-        result = ATTACKS.get(name).run(self.ctx.model, images, y.to(self.ctx.device), ids, eps_values, self.settings) \
-            if len(ids) else None
+        result = (
+            ATTACKS.get(name).run(self.ctx.model, images, y.to(self.ctx.device), ids, eps_values, self.settings)
+            if len(ids)
+            else None
+        )
         self.seconds[name] += time.perf_counter() - start
         self.rows[name] += len(ids) * sum(e > 0 for e in eps_values)
         out = {}
@@ -223,8 +317,9 @@ class _AttackRun:
             if self.detector is not None:
                 flags = torch.zeros_like(mask)
                 if result is not None:
-                    flags[ids] = self.detector.flags(self.ctx.model, result.adversarial[eps],
-                                                     batch_size=self.settings.batch_size)
+                    flags[ids] = self.detector.flags(
+                        self.ctx.model, result.adversarial[eps], batch_size=self.settings.batch_size
+                    )
                 _merge(self.flagged, name, eps, flags & mask)  # flagged where it broke the image
         return out
 

@@ -18,7 +18,8 @@ CHECKS = {
     "monotone_in_eps": "accuracy never increases with eps",
     "blackbox_not_stronger": "the black-box attack never beats the strongest white-box attack",
     "near_zero_at_max_eps": "the strongest white-box attack reaches near-zero accuracy at the largest eps",
-    "adaptive_stronger": "standard PGD not significantly weaker than the capsule-adaptive attacks (paired McNemar, p < 0.05)",
+    "adaptive_stronger": "standard PGD not significantly weaker than the capsule-adaptive attacks (paired "
+    "McNemar, p < 0.05)",
 }
 
 
@@ -51,19 +52,41 @@ def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Fla
     rows = _curves(records)
     curves = {a: {e: float(r["value"]) for e, r in c.items()} for a, c in rows.items()}
     white = {a: c for a, c in curves.items() if _is_white_box(a)}
-    flags = [_flag("eps0_equals_clean", [
-        f"{a} {c[0.0]:.2f} % at eps=0 vs clean {clean:.2f} %" for a, c in curves.items() if 0.0 in c and c[0.0] != clean
-    ])]
+    flags = [
+        _flag(
+            "eps0_equals_clean",
+            [
+                f"{a} {c[0.0]:.2f} % at eps=0 vs clean {clean:.2f} %"
+                for a, c in curves.items()
+                if 0.0 in c and c[0.0] != clean
+            ],
+        )
+    ]
     if "fgsm" in curves and {"pgd", "pgd_adaptive"} & set(curves):
         fgsm = curves["fgsm"]
-        flags.append(_flag("pgd_not_weaker_than_fgsm", [
-            f"{a} {c[e]:.2f} % > fgsm {fgsm[e]:.2f} % at eps={e:g}"
-            for a, c in curves.items() if a in ("pgd", "pgd_adaptive") for e in sorted(c) if e in fgsm and c[e] > fgsm[e]
-        ]))
-    flags.append(_flag("monotone_in_eps", [
-        f"{a} rises from {c[lo]:.2f} % at eps={lo:g} to {c[hi]:.2f} % at eps={hi:g}"
-        for a, c in curves.items() for lo, hi in zip(sorted(c), sorted(c)[1:]) if c[hi] > c[lo]
-    ]))
+        flags.append(
+            _flag(
+                "pgd_not_weaker_than_fgsm",
+                [
+                    f"{a} {c[e]:.2f} % > fgsm {fgsm[e]:.2f} % at eps={e:g}"
+                    for a, c in curves.items()
+                    if a in ("pgd", "pgd_adaptive")
+                    for e in sorted(c)
+                    if e in fgsm and c[e] > fgsm[e]
+                ],
+            )
+        )
+    flags.append(
+        _flag(
+            "monotone_in_eps",
+            [
+                f"{a} rises from {c[lo]:.2f} % at eps={lo:g} to {c[hi]:.2f} % at eps={hi:g}"
+                for a, c in curves.items()
+                for lo, hi in zip(sorted(c), sorted(c)[1:])
+                if c[hi] > c[lo]
+            ],
+        )
+    )
     for b in (a for a in curves if a in CATALOG and not CATALOG.get(a).white_box):
         problems = []
         for e, acc in sorted(curves[b].items()):
@@ -76,9 +99,14 @@ def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Fla
         top = max(max(c) for c in white.values())
         at_top = {a: c[top] for a, c in white.items() if top in c}
         best = min(at_top, key=at_top.get)
-        flags.append(_flag("near_zero_at_max_eps", [
-            f"strongest white-box attack ({best}) leaves {at_top[best]:.2f} % at eps={top:g} (> {near_zero:g} %)"
-        ] if at_top[best] > near_zero else []))
+        flags.append(
+            _flag(
+                "near_zero_at_max_eps",
+                [f"strongest white-box attack ({best}) leaves {at_top[best]:.2f} % at eps={top:g} (> {near_zero:g} %)"]
+                if at_top[best] > near_zero
+                else [],
+            )
+        )
     if "pgd" in rows and set(ADAPTIVE) & set(rows):
         flags.append(_flag("adaptive_stronger", _adaptive_problems(rows)))
     return flags
@@ -95,7 +123,8 @@ def _adaptive_problems(rows: dict[str, dict[float, dict[str, Any]]]) -> list[str
             n = int(float(rec["n"]))
             p = paired_p(decode_outcomes(rec["outcomes"], n), decode_outcomes(base["outcomes"], n))
             if p < ALPHA:
-                problems.append(f"{attack} {float(rec['value']):.2f} % < pgd {float(base['value']):.2f} % at eps={eps:g} "
-                                f"(n={n}, McNemar p={p:.2g})")
+                problems.append(
+                    f"{attack} {float(rec['value']):.2f} % < pgd {float(base['value']):.2f} % at eps={eps:g} "
+                    f"(n={n}, McNemar p={p:.2g})"
+                )
     return problems
-

@@ -17,7 +17,9 @@ PER_DATASET = {"keys": "dataset"}  # field metadata: a mapping keyed by dataset 
 class RobustnessParams:
     eps: dict[str, list[float]] = field(default_factory=dict, metadata=PER_DATASET)  # per dataset; must contain 0
     blackbox_eps: dict[str, float] = field(default_factory=dict, metadata=PER_DATASET)  # the one eps Square runs at
-    attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "pgd_adaptive", "vote", "square"])  # reported alone
+    attacks: list[str] = field(
+        default_factory=lambda: ["fgsm", "pgd", "pgd_adaptive", "vote", "square"]
+    )  # reported alone
     extra_attacks: list[str] = field(default_factory=list)  # worst case only: run on the images still robust there
     pgd_steps: int = 50
     pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
@@ -37,24 +39,32 @@ class RobustnessParams:
         p = cfg.params
         grid, bb = (g := eps_grid(p, cfg.dataset)).eps, g.blackbox
         if 0.0 not in grid or grid != sorted(set(grid)) or not all(0.0 <= e <= 1.0 for e in grid):
-            raise CapsbenchError(f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}")
+            raise CapsbenchError(
+                f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}"
+            )
         for key in ("attacks", "extra_attacks"):
             for a in p[key]:
                 if a not in CATALOG:
                     raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, CATALOG.names())}")
         defended = [a for a in (*p.attacks, *p.extra_attacks) if CATALOG.get(a).defended]
         if defended:
-            raise CapsbenchError(f"{defended[0]} is not listed in params.attacks: it runs against the reconstruction "
-                                 "detector, which params.detection_fpr=0.05 (for example) turns on")
+            raise CapsbenchError(
+                f"{defended[0]} is not listed in params.attacks: it runs against the reconstruction "
+                "detector, which params.detection_fpr=0.05 (for example) turns on"
+            )
         if p.detection_fpr is not None and not 0.0 < p.detection_fpr < 1.0:
-            raise CapsbenchError(f"params.detection_fpr is a false-positive rate in (0, 1), e.g. 0.05; got {p.detection_fpr}")
+            raise CapsbenchError(
+                f"params.detection_fpr is a false-positive rate in (0, 1), e.g. 0.05; got {p.detection_fpr}"
+            )
         if p.detection_val_images < 1 or p.detection_weight < 0:
             raise CapsbenchError("params.detection_val_images must be >= 1 and params.detection_weight >= 0")
         if not p.attacks:
             raise CapsbenchError("params.attacks is empty: name at least one attack, e.g. params.attacks=[pgd]")
         black_box = any(not CATALOG.get(a).white_box for a in (*p.attacks, *p.extra_attacks))
         if black_box and (bb is None or bb not in grid or bb == 0.0):
-            raise CapsbenchError(f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}")
+            raise CapsbenchError(
+                f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}"
+            )
         if p.pgd_steps < 1 or p.pgd_restarts < 1 or p.batch_size < 1 or p.square_queries < 1:
             raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
 
@@ -70,6 +80,8 @@ class EpsGrid:
 def eps_grid(params: Any, dataset: str) -> EpsGrid:
     """The dataset's eps grid and black-box eps, read from params.eps.<dataset> and params.blackbox_eps.<dataset>."""
     if dataset not in params.eps:
-        raise CapsbenchError(f"no eps grid for dataset {dataset!r}: add params.eps.{dataset}=[0,...] (have: {list(params.eps)})")
+        raise CapsbenchError(
+            f"no eps grid for dataset {dataset!r}: add params.eps.{dataset}=[0,...] (have: {list(params.eps)})"
+        )
     bb = params.blackbox_eps.get(dataset)
     return EpsGrid([float(e) for e in params.eps[dataset]], None if bb is None else float(bb))

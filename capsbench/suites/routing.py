@@ -28,14 +28,28 @@ class RoutingSuite(Suite):
         Metric("throughput", "img/s", True, "large batch / median forward time"),
     )
     layout = Layout(
-        tables=(TableSpec(
-            "routing", "Routing iterations r: test accuracy and cost",
-            (Column("test_accuracy", "accuracy"), Column("test_error", "error"), Column("latency", "latency", detail="batch 1"),
-             Column("throughput", "throughput", detail="large batch")),
-            rows=("r",),
-        ),),
-        figures=(SweepPlot("routing_ablation", ("test_accuracy", "latency"), "r", xlabel="routing iterations r",
-                           ylabels=("test accuracy (%)", "latency (ms)")),),
+        tables=(
+            TableSpec(
+                "routing",
+                "Routing iterations r: test accuracy and cost",
+                (
+                    Column("test_accuracy", "accuracy"),
+                    Column("test_error", "error"),
+                    Column("latency", "latency", detail="batch 1"),
+                    Column("throughput", "throughput", detail="large batch"),
+                ),
+                rows=("r",),
+            ),
+        ),
+        figures=(
+            SweepPlot(
+                "routing_ablation",
+                ("test_accuracy", "latency"),
+                "r",
+                xlabel="routing iterations r",
+                ylabels=("test accuracy (%)", "latency (ms)"),
+            ),
+        ),
     )
 
     def variants(self, cfg: Any, model_name: str) -> list[Variant]:

@@ -62,14 +62,19 @@ def _version(package: str) -> str:
 
 
 def git_state() -> tuple[str, bool]:
-    """(HEAD commit or "unknown", whether tracked files have uncommitted changes) of the checkout capsbench runs from."""
+    """(HEAD commit or "unknown", whether tracked files have uncommitted changes) of the checkout capsbench runs
+    from."""
     repo = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if out.returncode != 0:
             return "unknown", False
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown", False
     return out.stdout.strip(), bool(dirty.stdout.strip())

@@ -44,7 +44,9 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        raise CapsbenchError(f"no MLflow experiment {experiment!r} at {uri}; run `capsbench run` first or set tracking.experiment=")
+        raise CapsbenchError(
+            f"no MLflow experiment {experiment!r} at {uri}; run `capsbench run` first or set tracking.experiment="
+        )
     runs, token = [], None
     while True:
         page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
@@ -62,14 +64,23 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
         if "mlflow.parentRunId" in tags or "suite" not in tags or run.info.status != "FINISHED":
             continue
         model_args = {
-            c.data.params["model"]: {k.removeprefix("model_args."): v for k, v in c.data.params.items() if k.startswith("model_args.")}
-            for c in children[run.info.run_id] if "model" in c.data.params
+            c.data.params["model"]: {
+                k.removeprefix("model_args."): v for k, v in c.data.params.items() if k.startswith("model_args.")
+            }
+            for c in children[run.info.run_id]
+            if "model" in c.data.params
         }
-        out.append(Invocation(
-            run_id=run.info.run_id, start=datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc),
-            suite=tags["suite"], budget=tags.get("budget", "unknown"), version=tags.get("version.capsbench", "unknown"),
-            params=dict(run.data.params), model_args=model_args,
-        ))
+        out.append(
+            Invocation(
+                run_id=run.info.run_id,
+                start=datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc),
+                suite=tags["suite"],
+                budget=tags.get("budget", "unknown"),
+                version=tags.get("version.capsbench", "unknown"),
+                params=dict(run.data.params),
+                model_args=model_args,
+            )
+        )
     return out
 
 
@@ -83,7 +94,9 @@ def read_records(uri: str, run_id: str) -> pd.DataFrame:
         os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = "false"
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="records.csv", dst_path=tmp, tracking_uri=uri)
+            path = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path="records.csv", dst_path=tmp, tracking_uri=uri
+            )
             return pd.read_csv(path)
     finally:
         if quiet:

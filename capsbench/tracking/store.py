@@ -25,7 +25,7 @@ def store_lock(uri: str) -> Iterator[None]:
     if not uri.startswith("sqlite:///"):
         yield
         return
-    import fcntl
+    import fcntl  # POSIX only: needed only where a SQLite store is locked
 
     db = Path(uri.removeprefix("sqlite:///"))
     db.parent.mkdir(parents=True, exist_ok=True)
@@ -60,10 +60,14 @@ def recover_stale_runs(uri: str, experiment_id: str, host: str) -> list[str]:
 
     client = MlflowClient(uri)
     stale = []
-    for run in client.search_runs([experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.host = '{host}'"):
+    for run in client.search_runs(
+        [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.host = '{host}'"
+    ):
         pid = run.data.tags.get("pid", "")
         if pid.isdigit() and not process_alive(int(pid), run.data.tags.get("process.start")):
-            client.set_tag(run.info.run_id, "capsbench.ended", f"process {pid} on {host} was gone when a later run started")
+            client.set_tag(
+                run.info.run_id, "capsbench.ended", f"process {pid} on {host} was gone when a later run started"
+            )
             client.set_terminated(run.info.run_id, status="KILLED")
             stale.append(run.info.run_id)
     if stale:
@@ -74,5 +78,7 @@ def recover_stale_runs(uri: str, experiment_id: str, host: str) -> list[str]:
 def check_store(uri: str) -> None:
     """A missing SQLite file would be created empty by MLflow; say where the runs were expected instead."""
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
-        raise CapsbenchError(f"no MLflow store at {uri}; run `capsbench run` first, or point tracking.uri= "
-                             "(or output_dir=) at the store your runs wrote to")
+        raise CapsbenchError(
+            f"no MLflow store at {uri}; run `capsbench run` first, or point tracking.uri= "
+            "(or output_dir=) at the store your runs wrote to"
+        )

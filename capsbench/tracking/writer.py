@@ -16,7 +16,12 @@ from capsbench.tracking.store import open_experiment, recover_stale_runs
 
 BATCH = 900  # MLflow accepts up to 1000 metrics (and 100 params) per log_batch call
 PARAM_BATCH = 90
-CURVES = {"train_loss": "train/loss", "train_accuracy": "train/accuracy", "val_accuracy": "val/accuracy", "lr": "train/lr"}
+CURVES = {
+    "train_loss": "train/loss",
+    "train_accuracy": "train/accuracy",
+    "val_accuracy": "val/accuracy",
+    "lr": "train/lr",
+}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 
@@ -54,7 +59,9 @@ def metric_key(record: dict[str, Any], columns: Iterable[str]) -> str:
         value = record.get(col)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
-        parts.append(f"{col}_{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value))
+        parts.append(
+            f"{col}_{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+        )
     return _UNSAFE.sub("_", ".".join(parts))
 
 
@@ -88,24 +95,38 @@ class Tracker:
         self._client.log_text(run_id, config_yaml, "config.yaml")
         return run_id
 
-    def log_unit(self, parent_id: str | None, result: LoggedUnit, tags: dict[str, str], columns: Iterable[str],
-                 *, reused: bool) -> None:
+    def log_unit(
+        self, parent_id: str | None, result: LoggedUnit, tags: dict[str, str], columns: Iterable[str], *, reused: bool
+    ) -> None:
         """One nested run for a finished (or failed) unit, created, filled and ended in one go."""
         if not self.enabled:
             return
         spec = result.spec
-        run = self._client.create_run(self._experiment_id, run_name=spec.name.split("/", 1)[1], tags={
-            **tags, "mlflow.parentRunId": parent_id, "model": spec.model, "seed": str(spec.seed),
-            "unit.key": result.key, "unit.reused": str(reused).lower(), "unit.host": result.host,
-            **({"error": result.error[:5000]} if result.error else {}),
-        })
+        run = self._client.create_run(
+            self._experiment_id,
+            run_name=spec.name.split("/", 1)[1],
+            tags={
+                **tags,
+                "mlflow.parentRunId": parent_id,
+                "model": spec.model,
+                "seed": str(spec.seed),
+                "unit.key": result.key,
+                "unit.reused": str(reused).lower(),
+                "unit.host": result.host,
+                **({"error": result.error[:5000]} if result.error else {}),
+            },
+        )
         run_id = run.info.run_id
         params = {"model": spec.model, "dataset": spec.dataset, "seed": spec.seed, **spec.variant, **result.params}
         now = int(time.time() * 1000)
         metrics = [(metric_key(r, columns), float(r["value"]), now, 0) for r in result.records]
         metrics += [(k, float(v), now, 0) for k, v in result.metrics.items()]
-        metrics += [(name, float(h[field]), now, int(h["epoch"]))
-                    for h in result.curves for field, name in CURVES.items() if h.get(field) is not None]
+        metrics += [
+            (name, float(h[field]), now, int(h["epoch"]))
+            for h in result.curves
+            for field, name in CURVES.items()
+            if h.get(field) is not None
+        ]
         self._batch(run_id, params=params, metrics=metrics)
         for path in result.figures:
             self._client.log_artifact(run_id, path, "figures")
@@ -130,8 +151,13 @@ class Tracker:
             self._client.set_terminated(run_id, status=status)
             self.open_parents.remove(run_id)
 
-    def _batch(self, run_id: str, *, params: dict[str, Any] | None = None,
-               metrics: list[tuple[str, float, int, int]] | None = None) -> None:
+    def _batch(
+        self,
+        run_id: str,
+        *,
+        params: dict[str, Any] | None = None,
+        metrics: list[tuple[str, float, int, int]] | None = None,
+    ) -> None:
         from mlflow.entities import Metric, Param
 
         items = [Param(k, _param(v)) for k, v in (params or {}).items()]

@@ -54,5 +54,10 @@ def adversarial_identity(train) -> dict[str, object] | None:
     """The adversarial-training settings that change the weights (for the checkpoint key), None when off."""
     if train.adversarial is None:
         return None
-    settings = {"method": train.adversarial, "eps": train.adv_eps, "steps": train.adv_steps, "step_size": train.adv_step_size}
+    settings = {
+        "method": train.adversarial,
+        "eps": train.adv_eps,
+        "steps": train.adv_steps,
+        "step_size": train.adv_step_size,
+    }
     return {**settings, "ramp_epochs": train.adv_ramp_epochs} if train.adv_ramp_epochs else settings

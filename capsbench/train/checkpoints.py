@@ -25,6 +25,7 @@ PARTIAL_KEYS = ("model", "optimizer", "scheduler", "epoch", "history", "best_val
 
 
 def utc_stamp() -> str:
+    """The current UTC time as 20261124T093000Z, for names of moved-aside files."""
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
@@ -83,7 +84,9 @@ class CheckpointCache:
         self.partial_path(key).unlink(missing_ok=True)
 
     def _write_sidecar(self, key: str, meta: dict[str, Any]) -> None:
-        write_text(self.sidecar_path(key), json.dumps(sidecar(meta, key, self.path(key)), indent=1, default=list) + "\n")
+        write_text(
+            self.sidecar_path(key), json.dumps(sidecar(meta, key, self.path(key)), indent=1, default=list) + "\n"
+        )
 
     @staticmethod
     def _load(path: Path, required: tuple[str, ...], then: str) -> dict[str, Any] | None:
@@ -94,8 +97,9 @@ class CheckpointCache:
                 warnings.filterwarnings("ignore", message="Detected pickle protocol")  # garbage reads as any protocol
                 payload = torch.load(path, map_location="cpu", weights_only=True)
         except UNREADABLE as exc:
-            reason = "it holds objects a weights-only load refuses" if "weights_only" in str(exc) else \
-                f"{type(exc).__name__}: {(str(exc) or 'unexpected end of file').splitlines()[0].split('. ')[0][:160]}"
+            first = (str(exc) or "unexpected end of file").splitlines()[0].split(". ")[0][:160]
+            reason = ("it holds objects a weights-only load refuses" if "weights_only" in str(exc)
+                      else f"{type(exc).__name__}: {first}")
             _quarantine(path, reason, then)
             return None
         missing = [k for k in required if k not in payload] if isinstance(payload, dict) else list(required)

@@ -14,7 +14,13 @@ Transform = Callable[[torch.Tensor], torch.Tensor]
 
 @torch.no_grad()
 def predict(
-    model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str, transform: Transform | None = None
+    model: Classifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    batch_size: int,
+    device: str,
+    transform: Transform | None = None,
 ) -> torch.Tensor:
     """Predicted classes (N,) = argmax of the model's class scores, in eval mode; `transform` maps each batch first."""
     was_training = model.training
@@ -28,7 +34,13 @@ def predict(
 
 
 def correct(
-    model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str, transform: Transform | None = None
+    model: Classifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    batch_size: int,
+    device: str,
+    transform: Transform | None = None,
 ) -> torch.Tensor:
     """(N,) bool: whether the model's top-1 decision on each image is its label."""
     if len(y) == 0:
@@ -37,7 +49,13 @@ def correct(
 
 
 def accuracy(
-    model: Classifier, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, device: str, transform: Transform | None = None
+    model: Classifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    batch_size: int,
+    device: str,
+    transform: Transform | None = None,
 ) -> float:
     """Top-1 accuracy in [0, 1]."""
     return correct(model, x, y, batch_size=batch_size, device=device, transform=transform).float().mean().item()

@@ -26,15 +26,15 @@ log = logging.getLogger(__name__)
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], t: DictConfig, device: str = "cpu"
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """The optimizer train.optimizer names (train settings `t`: a DictConfig or a TrainConfig) and its per-epoch schedule.
+    """The optimizer train.optimizer names (train settings `t`: a DictConfig or a TrainConfig) and its per-epoch
+    schedule.
 
     Adam is fused (one kernel for all parameters) on CPU and CUDA: 5.6x faster than the per-parameter loop for quick
     CapsNet on one core, results within 1e-8 of it. SGD has momentum. The schedule multiplies lr by lr_decay after
     every epoch, or only after the epochs in lr_milestones (He et al.'s step schedule).
     """
     if t.optimizer == "sgd":
-        opt: torch.optim.Optimizer = torch.optim.SGD(
-            params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+        opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
     else:
         fused = torch.device(device).type in ("cpu", "cuda")
         opt = torch.optim.Adam(params, lr=t.lr, weight_decay=t.weight_decay, fused=fused or None)
@@ -78,51 +78,80 @@ def fit(
         best_state, first = resume["best_state"], resume["epoch"] + 1
     started = time.perf_counter()
     on_device = dataclasses.replace(  # once per run: batches are then cut on the device, no copy per batch
-        splits, train_x=splits.train_x.to(device), train_y=splits.train_y.to(device),
-        val_x=splits.val_x.to(device), val_y=splits.val_y.to(device),
+        splits,
+        train_x=splits.train_x.to(device),
+        train_y=splits.train_y.to(device),
+        val_x=splits.val_x.to(device),
+        val_y=splits.val_y.to(device),
     )
     gen_device = device if protocol.augments_on_device else "cpu"
     step = TrainStep(model, opt, device=device, compile_model=t.compile, precision=t.precision)
     threads = torch.get_num_threads()  # set per unit (threads=N, else capsbench.train.step.auto_threads)
-    log.info("%s: training on %s with %d intra-op threads (OMP_WAIT_POLICY=%s), %s, %s", desc, device, threads,
-             os.environ.get("OMP_WAIT_POLICY", "unset"), t.precision, "compiled" if t.compile else "eager")
+    log.info(
+        "%s: training on %s with %d intra-op threads (OMP_WAIT_POLICY=%s), %s, %s",
+        desc,
+        device,
+        threads,
+        os.environ.get("OMP_WAIT_POLICY", "unset"),
+        t.precision,
+        "compiled" if t.compile else "eager",
+    )
     for epoch in range(first, t.epochs):
         epoch_seed = seed * 100_003 + epoch
         torch.manual_seed(epoch_seed)  # dropout and any other global-RNG use
         gen = torch.Generator(device=gen_device).manual_seed(epoch_seed)
-        train_loss, train_acc = _train_epoch(step, on_device, cfg, protocol, gen, epoch=epoch,
-                                             desc=f"{desc} e{epoch + 1}/{t.epochs}")
+        train_loss, train_acc = _train_epoch(
+            step, on_device, cfg, protocol, gen, epoch=epoch, desc=f"{desc} e{epoch + 1}/{t.epochs}"
+        )
         sched.step()
         val_acc = protocol.validation_score(model, on_device, batch_size=t.eval_batch_size, device=device)
-        history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc})
+        history.append(
+            {"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc}
+        )
         log.info("%s epoch %d: loss %.4f train acc %.4f val acc %.4f", desc, epoch + 1, train_loss, train_acc, val_acc)
         if val_acc > best_acc:
             best_acc, best_epoch = val_acc, epoch + 1
             best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         if t.target_val_accuracy is not None and 100.0 * val_acc >= t.target_val_accuracy:
             reached = True
-            log.info("%s: validation accuracy %.2f %% reached the target %.2f %%; stopping", desc, 100 * val_acc, t.target_val_accuracy)
+            log.info(
+                "%s: validation accuracy %.2f %% reached the target %.2f %%; stopping",
+                desc,
+                100 * val_acc,
+                t.target_val_accuracy,
+            )
             break
         if save_progress is not None and epoch + 1 < t.epochs:
-            save_progress({
-                "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "epoch": epoch, "history": history, "best_val_accuracy": best_acc, "best_epoch": best_epoch,
-                "best_state": best_state,
-                "seconds": time.perf_counter() - started + (resume or {}).get("seconds", 0.0),
-            })
+            save_progress(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "epoch": epoch,
+                    "history": history,
+                    "best_val_accuracy": best_acc,
+                    "best_epoch": best_epoch,
+                    "best_state": best_state,
+                    "seconds": time.perf_counter() - started + (resume or {}).get("seconds", 0.0),
+                }
+            )
     if best_state is not None:
         model.load_state_dict(best_state)
     return {
-        "history": copy.deepcopy(history), "best_epoch": best_epoch, "best_val_accuracy": best_acc,
-        "reached_target": reached, "threads": threads,  # CPU summation order depends on it: recorded, not keyed
+        "history": copy.deepcopy(history),
+        "best_epoch": best_epoch,
+        "best_val_accuracy": best_acc,
+        "reached_target": reached,
+        "threads": threads,  # CPU summation order depends on it: recorded, not keyed
     }
 
 
 POSTFIX_EVERY = 25  # batches between progress-bar updates: each update syncs a GPU with the host
 
 
-def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtocol, gen: torch.Generator, *,
-                 epoch: int, desc: str) -> tuple[float, float]:
+def _train_epoch(
+    step: TrainStep, splits: Splits, cfg, protocol: TrainingProtocol, gen: torch.Generator, *, epoch: int, desc: str
+) -> tuple[float, float]:
     step.model.train()
     opt = step.optimizer
     total_loss = torch.zeros((), device=cfg.device)  # running sums stay on the device: no sync per batch
@@ -135,7 +164,10 @@ def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtoco
     scheduled = [group["lr"] for group in opt.param_groups]
     bar = tqdm(
         batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
-        total=n_batches, desc=desc, leave=False, disable=True if is_quiet() else None,  # None: bar on a TTY only
+        total=n_batches,
+        desc=desc,
+        leave=False,
+        disable=True if is_quiet() else None,  # None: bar on a TTY only
     )
     for i, (images, labels) in enumerate(bar):
         done = epoch * n_batches + i  # optimizer steps before this one
@@ -146,8 +178,15 @@ def _train_epoch(step: TrainStep, splits: Splits, cfg, protocol: TrainingProtoco
         if cfg.train.adversarial == "pgd":  # Madry et al.: train on the batch's PGD examples instead of the batch
             t = cfg.train
             ramp = min(1.0, (done + 1) / (t.adv_ramp_epochs * n_batches)) if t.adv_ramp_epochs else 1.0
-            batch.inputs = pgd_training_examples(step.model, batch.inputs, batch.targets, eps=ramp * t.adv_eps,
-                                                 steps=t.adv_steps, step_size=ramp * t.adv_step_size, generator=gen)
+            batch.inputs = pgd_training_examples(
+                step.model,
+                batch.inputs,
+                batch.targets,
+                eps=ramp * t.adv_eps,
+                steps=t.adv_steps,
+                step_size=ramp * t.adv_step_size,
+                generator=gen,
+            )
         out, loss = step(batch)
         total_loss += loss.detach() * len(labels)
         scores = out.scores.detach()

@@ -89,7 +89,9 @@ class MultiMNISTProtocol(TrainingProtocol):
         try:
             partners = draw_partners(labels, gen)
         except ValueError as exc:
-            raise CapsbenchError(f"{exc}; MultiMNIST pairs digits within a batch: use a larger train.batch_size") from None
+            raise CapsbenchError(
+                f"{exc}; MultiMNIST pairs digits within a batch: use a larger train.batch_size"
+            ) from None
         offsets = torch.randint(-self.max_shift, self.max_shift + 1, (len(labels), 2, 2), generator=gen)
         recipe = PairRecipe(torch.arange(len(labels)), partners, offsets)
         inputs, components = render(images, recipe, canvas=self.canvas, rule=self.merge, device=images.device)
@@ -108,7 +110,9 @@ class MultiMNISTProtocol(TrainingProtocol):
 
     def validation_score(self, model: Classifier, splits: Splits, *, batch_size: int, device: str) -> float:
         """Both-correct accuracy on the fixed validation pairs (never the test split)."""
-        recipe = make_recipe(splits.val_y, pairs_per_digit=self.val_pairs_per_digit, max_shift=self.max_shift, seed=self.val_seed)
+        recipe = make_recipe(
+            splits.val_y, pairs_per_digit=self.val_pairs_per_digit, max_shift=self.max_shift, seed=self.val_seed
+        )
         scores = self.pair_scores(model, splits.val_x, recipe, batch_size=batch_size, device=device)
         return both_correct(scores, pair_labels(splits.val_y, recipe)).float().mean().item()
 
@@ -121,7 +125,9 @@ class MultiMNISTProtocol(TrainingProtocol):
         model.eval()
         scores = []
         for start in range(0, len(recipe), batch_size):
-            inputs, _ = render(images, recipe.slice(start, start + batch_size), canvas=self.canvas, rule=self.merge, device=device)
+            inputs, _ = render(
+                images, recipe.slice(start, start + batch_size), canvas=self.canvas, rule=self.merge, device=device
+            )
             scores.append(model(inputs).scores.cpu())
         model.train(was_training)
         return torch.cat(scores)
@@ -131,8 +137,12 @@ class MultiMNISTProtocol(TrainingProtocol):
         if pairs_per_digit < 1:
             raise CapsbenchError(f"params.test_pairs_per_digit must be >= 1, got {pairs_per_digit}")
         knobs = {
-            "dataset": splits.name, "test_labels_sha256": hashlib.sha256(splits.test_y.numpy().tobytes()).hexdigest(),
-            "pairs_per_digit": pairs_per_digit, "max_shift": self.max_shift, "seed": seed, "version": RECIPE_VERSION,
+            "dataset": splits.name,
+            "test_labels_sha256": hashlib.sha256(splits.test_y.numpy().tobytes()).hexdigest(),
+            "pairs_per_digit": pairs_per_digit,
+            "max_shift": self.max_shift,
+            "seed": seed,
+            "version": RECIPE_VERSION,
         }
         path = self.cache_dir / f"multimnist-test-{content_key(knobs)}.pt"
         if path.exists():
@@ -145,6 +155,11 @@ class MultiMNISTProtocol(TrainingProtocol):
 
     def identity(self) -> dict[str, Any]:
         return {
-            "protocol": self.name, "max_shift": self.max_shift, "canvas": self.canvas, "merge": self.merge,
-            "val_pairs_per_digit": self.val_pairs_per_digit, "val_seed": self.val_seed, "recipe_version": RECIPE_VERSION,
+            "protocol": self.name,
+            "max_shift": self.max_shift,
+            "canvas": self.canvas,
+            "merge": self.merge,
+            "val_pairs_per_digit": self.val_pairs_per_digit,
+            "val_seed": self.val_seed,
+            "recipe_version": RECIPE_VERSION,
         }

@@ -65,7 +65,9 @@ class TrainingProtocol:
 
     def validation_score(self, model: Classifier, splits: Splits, *, batch_size: int, device: str) -> float:
         """The model-selection score on the validation split, in [0, 1], higher is better: top-1 accuracy here."""
-        return accuracy(model, splits.val_x, splits.val_y, batch_size=batch_size, device=device, transform=self.eval_inputs)
+        return accuracy(
+            model, splits.val_x, splits.val_y, batch_size=batch_size, device=device, transform=self.eval_inputs
+        )
 
     def identity(self) -> dict[str, Any]:
         return {"protocol": self.name, "max_shift": self.max_shift}
@@ -79,7 +81,8 @@ class CanvasProtocol(TrainingProtocol):
     """Sabour et al.'s expanded MNIST for affNIST ("Dynamic Routing Between Capsules", arXiv:1710.09829, sec. 5.2).
 
     Training digits are placed at a uniform random integer offset on a black `canvas` x `canvas` background
-    (no other augmentation); validation and test digits are centred on it. Shapes: (B, C, h, h) -> (B, C, canvas, canvas).
+    (no other augmentation); validation and test digits are centred on it. Shapes: (B, C, h, h) -> (B, C, canvas,
+    canvas).
     """
 
     name = "canvas"
@@ -119,8 +122,14 @@ class AffineCanvasProtocol(CanvasProtocol):
 
     def identity(self) -> dict[str, Any]:
         r = self.ranges
-        return {**super().identity(), "protocol": self.name, "max_rotation_deg": r.max_rotation_deg,
-                "max_shear": r.max_shear, "min_scale": r.min_scale, "max_scale": r.max_scale}
+        return {
+            **super().identity(),
+            "protocol": self.name,
+            "max_rotation_deg": r.max_rotation_deg,
+            "max_shear": r.max_shear,
+            "min_scale": r.min_scale,
+            "max_scale": r.max_scale,
+        }
 
 
 class RandomCropProtocol(TrainingProtocol):
@@ -168,7 +177,9 @@ class PadCropProtocol(TrainingProtocol):
         top, left = random_integers(0, 2 * self.pad + 1, (2, len(images)), gen, images.device)  # on gen's device
         out = crop(F.pad(images, (self.pad,) * 4), top, left, images.shape[-1])  # (B, C, H, W)
         if self.flip:
-            mirror = (torch.rand(len(images), generator=gen, device=gen.device) < 0.5).to(images.device).view(-1, 1, 1, 1)
+            mirror = (
+                (torch.rand(len(images), generator=gen, device=gen.device) < 0.5).to(images.device).view(-1, 1, 1, 1)
+            )
             out = torch.where(mirror, out.flip(-1), out)
         return Batch(out, labels)
 

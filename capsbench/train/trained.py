@@ -36,6 +36,7 @@ class TrainedModel:
 
 
 def default_protocol(cfg: DictConfig) -> TrainingProtocol:
+    """The dataset's own training protocol (Sabour's shifts, crops, or pad-crop-flip)."""
     return dataset_protocol(cfg.dataset, cfg.data.max_shift)
 
 
@@ -44,11 +45,15 @@ def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingP
     args = MODELS.get(name).arguments()
     args.update(OmegaConf.to_container(cfg.model_args).get(name) or {})
     spec = splits.spec
-    args.update(in_channels=spec.in_channels, image_size=protocol.input_size(spec.image_size), num_classes=spec.num_classes)
+    args.update(
+        in_channels=spec.in_channels, image_size=protocol.input_size(spec.image_size), num_classes=spec.num_classes
+    )
     return {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in args.items()}
 
 
-def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol) -> dict[str, Any]:
+def training_identity(
+    cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol
+) -> dict[str, Any]:
     """Everything that changes the trained weights; its hash is the checkpoint's cache key. "source" hashes the code
     that trains the model (its modules, the training loop, protocol and data pipeline) by content, wherever it lives
     (capsbench.util.hashing); which file has which hash is in the checkpoint's meta, source_files."""
@@ -60,8 +65,11 @@ def training_identity(cfg: DictConfig, name: str, seed: int, splits: Splits, pro
         "model": name,
         "model_args": model_config(cfg, name, splits, protocol),
         "data": {
-            "dataset": splits.name, "val_size": d.val_size, "train_subset": d.train_subset,
-            "val_subset": d.val_subset, "split_seed": SPLIT_SEED,
+            "dataset": splits.name,
+            "val_size": d.val_size,
+            "train_subset": d.train_subset,
+            "val_subset": d.val_subset,
+            "split_seed": SPLIT_SEED,
         },
         "protocol": protocol.identity(),
         "train": train_settings_identity(cfg.train),
@@ -123,12 +131,19 @@ def obtain_model(
         log.info("%s seed %d: resuming after epoch %d", name, seed, resume["epoch"] + 1)
     start = time.perf_counter()
     meta = fit(
-        model, splits, cfg, protocol, seed=seed, resume=resume,
-        save_progress=lambda state: cache.save_partial(key, state), desc=f"{name} s{seed}",
+        model,
+        splits,
+        cfg,
+        protocol,
+        seed=seed,
+        resume=resume,
+        save_progress=lambda state: cache.save_partial(key, state),
+        desc=f"{name} s{seed}",
     )
-    meta.update(identity=identity, source_files=training_source(name, splits, protocol)[1],
-                train_seconds=time.perf_counter() - start + (resume or {}).get("seconds", 0.0))
+    meta.update(
+        identity=identity,
+        source_files=training_source(name, splits, protocol)[1],
+        train_seconds=time.perf_counter() - start + (resume or {}).get("seconds", 0.0),
+    )
     path = cache.save(key, {"state_dict": model.state_dict(), "meta": meta})
     return TrainedModel(model, key, path, meta, cached=False)
-
-

@@ -42,6 +42,7 @@ def atomic_file(path: Path, mode: str = "w") -> Iterator[IO]:
 
 
 def write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically."""
     with atomic_file(path, "w") as fh:
         fh.write(text)
 

@@ -77,7 +77,12 @@ def _constant(module: str, name: str, seen: frozenset[tuple[str, str]] = frozens
     for node in module_source(module)[1].body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return _literal(module, node.value, seen)
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name and node.value:
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+            and node.value
+        ):
             return _literal(module, node.value, seen)
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for alias in node.names:
@@ -121,4 +126,3 @@ def class_literal(target: str, attribute: str) -> Any:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attribute for t in node.targets):
             return _literal(module, node.value)
     raise ValueError(f"{target}: no class attribute {attribute!r} assigned a literal")
-

@@ -35,7 +35,7 @@ def autocast(device: str, precision: str) -> Iterator[None]:
     if precision == "fp32":
         yield
         return
-    import torch
+    import torch  # here: config checks import this module before torch loads
 
     with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
         yield
@@ -53,11 +53,12 @@ def check_train_precision(train: DictConfig, device: str, where: str = "train") 
 
 
 def dtype_label(precision: str) -> str:
+    """How a precision is stated beside timings: 'float32' or 'bf16 autocast'."""
     return "bf16 autocast" if precision == "bf16" else "float32"
 
 
 def maybe_compile(model: nn.Module, compile_model: bool) -> nn.Module:
     """torch.compile(model) when asked; the same module otherwise."""
-    import torch
+    import torch  # here: config checks import this module before torch loads
 
     return torch.compile(model) if compile_model else model

@@ -15,11 +15,13 @@ _quiet = False
 
 
 def set_quiet(quiet: bool) -> None:
+    """Turn progress bars and progress lines off (or on) for this process."""
     global _quiet
     _quiet = quiet
 
 
 def is_quiet() -> bool:
+    """Whether progress output is off."""
     return _quiet
 
 

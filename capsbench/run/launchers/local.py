@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 
 from capsbench.errors import CapsbenchError
+from capsbench.run import execute as execution  # execution.execute, looked up per call (tests replace it)
 from capsbench.run.units import UnitResult, UnitSpec, failed
 
 log = logging.getLogger(__name__)
@@ -13,11 +14,9 @@ log = logging.getLogger(__name__)
 
 class LocalLauncher:
     def run(self, units: list[UnitSpec]) -> Iterator[UnitResult]:
-        from capsbench.run.execute import execute
-
         for unit in units:
             try:
-                yield execute(unit)
+                yield execution.execute(unit)
             except CapsbenchError:  # bad input or environment: every unit would fail the same way
                 raise
             except Exception as exc:  # noqa: BLE001 -- one unit's crash is recorded; the other units still run

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from capsbench.errors import CapsbenchError
+from capsbench.run.execute import execute, train_only, training_group
 from capsbench.run.units import UnitResult, UnitSpec
 
 FATAL = "fatal"
@@ -21,8 +22,6 @@ FATAL = "fatal"
 
 def train_entry(spec: dict[str, Any]) -> dict[str, Any]:
     """Worker side: train (or find) the checkpoint of a group of units; {"checkpoint": key} or {"fatal": message}."""
-    from capsbench.run.execute import train_only
-
     try:
         return {"checkpoint": train_only(UnitSpec.from_dict(spec))}
     except CapsbenchError as exc:
@@ -32,8 +31,6 @@ def train_entry(spec: dict[str, Any]) -> dict[str, Any]:
 def measure_entry(spec: dict[str, Any], trained: dict[str, Any] | None = None) -> dict[str, Any]:
     """Worker side: run one unit (after its group's training, when `trained` is that task's answer); the UnitResult
     as a dict, or {"fatal": message}."""
-    from capsbench.run.execute import execute
-
     if trained is not None and FATAL in trained:
         return trained
     try:
@@ -53,8 +50,6 @@ def _fatal(exc: CapsbenchError) -> dict[str, Any]:
 
 def groups(units: list[UnitSpec]) -> list[list[UnitSpec]]:
     """The units by the checkpoint they need (training_group), in plan order; a unit that trains nothing is alone."""
-    from capsbench.run.execute import training_group
-
     grouped: dict[str, list[UnitSpec]] = {}
     alone: list[list[UnitSpec]] = []
     for unit in units:
