@@ -15,8 +15,7 @@ from capsbench.models.base import NotApplicable
 
 class AdaptivePGD(PGD):
     """`pgd_adaptive`: the same PGD budget as `pgd` (random start, cross-entropy then margin, restarts) on logits that
-    do
-    not saturate: log-normalised norms of the class capsules before their squash (CapsNet, Efficient-CapsNet; EM's
+    do not saturate: log-normalised norms of the class capsules before their squash (CapsNet, Efficient-CapsNet; EM's
     logits are already pre-sigmoid), first with the exact backward, then, on the images that survive, with every
     squash, exp-squash and capsule-activation sigmoid back-propagating as the identity (BPDA). Neither pass is
     stronger on every model: on the quick MNIST CapsNet the exact backward leaves 44.5 % at eps 0.1 where BPDA leaves
