@@ -1,6 +1,8 @@
 """Capsule-adaptive attacks: the straight-through switch, pre-squash capsules, pgd_adaptive reducing to PGD when the
 squash is the identity, the vote surrogates, and attacks that do not apply being skipped with a reason."""
 
+import dataclasses
+
 import pytest
 import torch
 from test_attacks import SETTINGS, tiny_model
@@ -8,7 +10,8 @@ from test_routing import reference_routing
 
 from capsbench import list_models
 from capsbench.attacks import ATTACKS, decisions
-from capsbench.attacks.objectives import AdaptiveObjective
+from capsbench.attacks.objectives import AdaptiveObjective, Judgement, Objective, RawEvidenceObjective, raw_evidence
+from capsbench.attacks.pgd import ranked_target, targeted_margin
 from capsbench.models import capsules, routing
 from capsbench.models.capsules import capsule_logits, squash
 from capsbench.models.routing import DynamicRouting
@@ -66,9 +69,10 @@ def test_adaptive_logits_are_the_log_normalised_pre_squash_norms(name):
     assert torch.equal(decided, decisions(model, x))  # same argmax as the lengths: the squash is monotone
 
 
-def test_pgd_adaptive_equals_pgd_when_the_squash_is_the_identity(monkeypatch):
+def test_pgd_adaptive_begins_as_pgd_when_the_squash_is_the_identity(monkeypatch):
     """With squash = identity, pre-squash norms are the lengths and the straight-through backward is the true one:
-    the adaptive attack must then be standard PGD, image for image."""
+    the adaptive attack's first passes are then standard PGD, image for image (same breaks, same adversarial images),
+    and its raw-evidence passes can only break more."""
     identity = lambda s, dim=-1, eps=0.0: s  # noqa: E731
     monkeypatch.setattr(capsules, "squash", identity)
     monkeypatch.setattr(routing, "squash", identity)
@@ -79,9 +83,14 @@ def test_pgd_adaptive_equals_pgd_when_the_squash_is_the_identity(monkeypatch):
     pgd = ATTACKS.get("pgd").run(model, x, y, ids, grid, SETTINGS)
     adaptive = ATTACKS.get("pgd_adaptive").run(model, x, y, ids, grid, SETTINGS)
     for eps in grid:
-        assert torch.equal(pgd.broken[eps], adaptive.broken[eps])
-        assert torch.equal(pgd.adversarial[eps], adaptive.adversarial[eps])
+        assert torch.equal(pgd.broken[eps] & adaptive.broken[eps], pgd.broken[eps])
+        assert torch.equal(pgd.adversarial[eps][pgd.broken[eps]], adaptive.adversarial[eps][pgd.broken[eps]])
     assert pgd.broken[0.05].any() and not pgd.broken[0.02].all(), "the known answer needs both outcomes"
+    only_log = dataclasses.replace(SETTINGS, targets=0)
+    first_passes = [p for p in ATTACKS.get("pgd_adaptive").passes(model, only_log) if p.objective.__class__.__name__
+                    in ("PreSquashObjective", "AdaptiveObjective")]
+    assert [(p.loss, p.restart) for p in first_passes] == [(p.loss, p.restart) for p in
+                                                           ATTACKS.get("pgd").passes(model, SETTINGS)] * 2
 
 
 def test_pgd_adaptive_follows_a_different_gradient_through_a_real_squash():
@@ -127,3 +136,38 @@ def test_capsnet_vote_surrogate_is_the_squashed_mean_vote():
     votes = model.votes(model.primary(torch.relu(model.conv(x))))  # (B, in, classes, D)
     expected = capsule_logits(squash(votes.sum(dim=1) / votes.shape[1]).norm(dim=-1))
     assert torch.allclose(model.vote_logits(x), expected, atol=1e-6)
+
+
+def test_targeted_margin_and_the_ranked_targets_known_answers():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5], [5.0, -1.0, 0.5, 4.0]])
+    labels = torch.tensor([0, 0])
+    assert torch.equal(targeted_margin(logits, labels, torch.tensor([2, 3])), torch.tensor([1.0, -1.0]))
+
+    class Fixed(Objective):
+        def __call__(self, x):
+            return Judgement(logits, None)
+
+    objective = Fixed(None)
+    assert ranked_target(objective, torch.zeros(2, 1), labels, 1).tolist() == [1, 3]  # the runner-ups
+    assert ranked_target(objective, torch.zeros(2, 1), labels, 2).tolist() == [2, 2]
+    assert ranked_target(objective, torch.zeros(2, 1), labels, 3).tolist() == [3, 1]
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_the_raw_evidence_ranks_classes_as_the_model_decides(name):
+    model = tiny_model(name)
+    out = model(torch.rand(5, 1, 28, 28))
+    assert torch.equal(raw_evidence(out).argmax(dim=1), out.scores.argmax(dim=1))
+    if out.pre_squash is not None:  # vector capsules: the norms before the squash, which never saturate
+        assert torch.allclose(raw_evidence(out), out.pre_squash.norm(dim=-1))
+
+
+def test_pgd_adaptive_runs_a_raw_margin_and_a_multi_targeted_pass_within_its_stated_budget():
+    model, adaptive = tiny_model("capsnet"), ATTACKS.get("pgd_adaptive")
+    passes = adaptive.passes(model, dataclasses.replace(SETTINGS, restarts=2))
+    raw = [p for p in passes if isinstance(p.objective, RawEvidenceObjective)]
+    assert [(p.loss, p.restart) for p in raw[:2]] == [("margin", 0), ("margin", 1)]
+    assert [(p.loss, p.offset) for p in raw[2:]] == [("targeted", k) for k in range(1, 10)]  # every other class
+    assert len(passes) == 2 * 2 * 2 + 2 + 9
+    assert len(adaptive.passes(model, dataclasses.replace(SETTINGS, targets=3))) == 2 * 2 + 1 + 3
+    assert "targeted raw margin towards every other class" in adaptive.budget(SETTINGS)

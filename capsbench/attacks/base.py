@@ -33,6 +33,7 @@ class AttackSettings:
     early_exit: bool = True
     detection_threshold: float | None = None  # the reconstruction detector that pgd_detect_aware evades
     detection_weight: float = 1.0  # its penalty: weight x (distance / threshold - 0.9), where positive
+    targets: int | None = None  # classes a multi-targeted pass tries, likeliest first; None: every other class
 
 
 @dataclass

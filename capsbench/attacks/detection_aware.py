@@ -13,12 +13,13 @@ from capsbench.models import Classifier
 
 
 class DetectionAwarePGD(AdaptivePGD):
-    """pgd_adaptive's budget (random start, cross-entropy then margin, restarts) on the adaptive logits minus
-    detection_weight x reconstruction distance / threshold; an iterate the detector flags never counts as a success."""
+    """pgd_adaptive's passes and budget (same random starts), each objective with detection_weight x how far the
+    reconstruction distance exceeds 0.9 x the threshold subtracted from its loss; an iterate the detector flags never
+    counts as a success."""
 
     name = "pgd_detect_aware"
-    attacks = ("log-normalised pre-squash norms (straight-through) minus the reconstruction distance over the "
-               "detector's threshold; success = misclassified and not flagged")
+    attacks = ("pgd_adaptive's objectives minus the reconstruction distance over the detector's threshold; "
+               "success = misclassified and not flagged")
 
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:
         with torch.no_grad():
@@ -32,3 +33,7 @@ class DetectionAwarePGD(AdaptivePGD):
         return [DetectionAwareObjective(model, threshold=settings.detection_threshold, weight=settings.detection_weight,
                                         bpda=bpda) for bpda in (False, True)]  # as pgd_adaptive: exact, then BPDA
 
+
+    def raw_objective(self, model: Classifier, settings: AttackSettings) -> DetectionAwareObjective:
+        return DetectionAwareObjective(model, threshold=settings.detection_threshold, weight=settings.detection_weight,
+                                       bpda=False, raw=True)

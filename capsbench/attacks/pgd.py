@@ -9,6 +9,7 @@ Evaluating the Robustness of Neural Networks" (arXiv:1608.04644).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -26,22 +27,46 @@ def margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(mask, float("-inf")).amax(dim=1) - true
 
 
+def targeted_margin(logits: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """z_t - z_y per example: (B, C), (B,), (B,) -> (B,); > 0 means the target class outranks the true one."""
+    return logits.gather(1, targets[:, None]).squeeze(1) - logits.gather(1, labels[:, None]).squeeze(1)
+
+
 LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "ce": lambda logits, labels: F.cross_entropy(logits, labels, reduction="none"),
     "margin": margin,
 }
+TARGETED = "targeted"  # the loss of a multi-targeted pass: targeted_margin towards (label + offset) mod C
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One PGD run over the rows no earlier pass broke: what it differentiates, its loss ("ce", "margin", or
+    "targeted" towards class (label + offset) mod C) and which restart it is (its random start)."""
+
+    objective: Objective
+    loss: str
+    restart: int = 0
+    offset: int = 0
+
+    @property
+    def stream(self) -> str:
+        """The random-start stream: every PGD-family attack starts from the same points for a loss and restart."""
+        return f"{self.loss}/{self.restart}" if self.loss != TARGETED else f"{TARGETED}{self.offset}/{self.restart}"
 
 
 def pgd_rows(
     objective: Objective, images: torch.Tensor, labels: torch.Tensor, eps: torch.Tensor, *, steps: int,
     step_size: torch.Tensor, loss: str, noise: torch.Tensor | None, early_exit: bool = True,
+    targets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """L-inf PGD, one row per (image, eps): images (R, C, H, W) in [0, 1], labels (R,), eps and step_size (R,),
-    noise (R, C, H, W) in [-1, 1] for a random start (scaled by eps) or None.
+    noise (R, C, H, W) in [-1, 1] for a random start (scaled by eps) or None, targets (R,) for the targeted loss.
 
     Every iterate 0..steps is judged by the real model's decision (or the defended model's, where a REJECTED decision
-    is never a success); a row is broken when any iterate is wrong. With
-    early_exit a broken row leaves the batch at once (rows with eps = 0 after iterate 0): the same result, less work.
+    is never a success); a row is broken when any iterate is wrong (whichever class it lands on, for a targeted loss
+    too). With early_exit a broken row leaves the batch at once (rows with eps = 0 after iterate 0): the same result,
+    less work.
     Returns broken (R,) and adversarial images (R, C, H, W): the first breaking iterate, else the last.
     """
     rows = torch.arange(len(images), device=images.device)
@@ -67,7 +92,10 @@ def pgd_rows(
         broken[live[newly]] = True
         if last:
             break
-        value = LOSSES[loss](judged.logits, labels[live])  # (B,)
+        if loss == TARGETED:
+            value = targeted_margin(judged.logits, labels[live], targets[live])  # (B,)
+        else:
+            value = LOSSES[loss](judged.logits, labels[live])  # (B,)
         if judged.penalty is not None:
             value = value - judged.penalty
         (grad,) = torch.autograd.grad(value.sum(), xa)
@@ -113,6 +141,11 @@ class PGD(Attack):
         """What the attack differentiates, in turn: each later objective attacks only what the earlier left."""
         return [self.objective(model)]
 
+    def passes(self, model: Classifier, settings: AttackSettings) -> list[Pass]:
+        """The runs in order, each on the rows the earlier ones left: per objective, per restart, per loss."""
+        return [Pass(o, loss, r) for o in self.make_objectives(model, settings)
+                for r in range(self.restarts(settings)) for loss in self.losses]
+
     def run(self, model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids: torch.Tensor,
             eps_values: list[float], settings: AttackSettings) -> AttackResult:
         n, k = len(images), len(eps_values)
@@ -120,20 +153,19 @@ class PGD(Attack):
         image_of_row = torch.arange(n, device=images.device).repeat_interleave(k)  # (N*k,)
         broken = torch.zeros(n * k, dtype=torch.bool, device=images.device)
         adversarial = images[image_of_row].clone()
-        objectives = self.make_objectives(model, settings)
+        passes = self.passes(model, settings)
         for start in range(0, n * k, settings.batch_size):
             chunk = torch.arange(start, min(start + settings.batch_size, n * k), device=images.device)
-            self._attack_chunk(objectives, images, labels, ids, image_of_row[chunk], eps_all[chunk], settings,
+            self._attack_chunk(passes, images, labels, ids, image_of_row[chunk], eps_all[chunk], settings,
                                broken, adversarial, chunk)
         return AttackResult(
             broken={e: broken.view(n, k)[:, j] for j, e in enumerate(eps_values)},
             adversarial={e: adversarial.view(n, k, *images.shape[1:])[:, j] for j, e in enumerate(eps_values)},
         )
 
-    def _attack_chunk(self, objectives, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk):
-        """Every (objective, restart, loss) run attacks only the rows of this chunk that no earlier run broke."""
-        runs = [(o, r, loss) for o in objectives for r in range(self.restarts(settings)) for loss in self.losses]
-        for objective, restart, loss in runs:
+    def _attack_chunk(self, passes, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk):
+        """Every pass attacks only the rows of this chunk that no earlier pass broke."""
+        for run in passes:
             alive = ~broken[chunk]
             if not alive.any():
                 return
@@ -143,12 +175,24 @@ class PGD(Attack):
                 unique, inverse = img.unique(return_inverse=True)
                 # Every PGD-family attack starts from the same points for a seed: only its objective differs.
                 noise = start_noise(ids[unique.cpu()], tuple(images.shape[1:]), seed=settings.seed,
-                                    stream=f"{loss}/{restart}", device=images.device)[inverse]
-            hit, adv = pgd_rows(objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
-                                step_size=self.step_sizes(eps[alive], settings), loss=loss, noise=noise,
-                                early_exit=settings.early_exit)
+                                    stream=run.stream, device=images.device)[inverse]
+            targets = None
+            if run.loss == TARGETED:
+                targets = ranked_target(run.objective, images[img], labels[img], run.offset)
+            hit, adv = pgd_rows(run.objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
+                                step_size=self.step_sizes(eps[alive], settings), loss=run.loss, noise=noise,
+                                early_exit=settings.early_exit, targets=targets)
             broken[rows] = hit
             adversarial[rows] = adv
+
+
+@torch.no_grad()
+def ranked_target(objective: Objective, images: torch.Tensor, labels: torch.Tensor, rank: int) -> torch.Tensor:
+    """(R,) the class ranked `rank` (1 = runner-up) among the other classes by the objective's logits on the clean
+    images (R, C, H, W): a multi-targeted pass tries the likeliest wrong classes first."""
+    logits = objective(images).logits.float()  # (R, C)
+    others = logits.scatter(1, labels[:, None], float("-inf"))
+    return others.argsort(dim=1, descending=True)[:, rank - 1]
 
 
 class FGSM(PGD):

@@ -19,6 +19,9 @@ class ModelOutput:
     reconstructions: (B, C_in, H, W) decoder output, capsule models with a decoder only.
     pre_squash: (B, C, D) class capsules before their squash (|v| = squash(|s|), monotone), vector-capsule models
         only; adaptive attacks put their loss on these norms, which do not saturate.
+    evidence: (B, C) raw class evidence where neither pre_squash nor logits is it: the per-class quantity before any
+        saturating or log map, whose argmax is the decision (self-routing's class activations). Raw-margin attacks
+        push it; without it they use the pre-squash norms, else the logits.
     """
 
     scores: torch.Tensor
@@ -26,6 +29,7 @@ class ModelOutput:
     poses: torch.Tensor | None = None
     reconstructions: torch.Tensor | None = None
     pre_squash: torch.Tensor | None = None
+    evidence: torch.Tensor | None = None
 
 
 class Classifier(nn.Module):

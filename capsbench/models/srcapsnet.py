@@ -100,7 +100,7 @@ class SRCapsNet(Classifier):
             pose = norm(pose)
         a, _ = self.classes(a, pose)  # (B, num_classes, 1, 1)
         scores = a.flatten(1)  # (B, num_classes), sums to 1
-        return ModelOutput(scores=scores, logits=torch.log(scores + LOG_EPS))
+        return ModelOutput(scores=scores, logits=torch.log(scores + LOG_EPS), evidence=scores)
 
     def vote_logits(self, x: torch.Tensor) -> torch.Tensor:
         raise NotApplicable(

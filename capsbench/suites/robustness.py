@@ -64,6 +64,7 @@ def settings(params: Any, num_classes: int) -> AttackSettings:
         seed=params.attack_seed,
         batch_size=params.batch_size,
         early_exit=params.early_exit,
+        targets=params.pgd_targets,
     )
 
 

@@ -24,6 +24,7 @@ class RobustnessParams:
     pgd_steps: int = 50
     pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
     pgd_restarts: int = 1
+    pgd_targets: int | None = None  # pgd_adaptive's multi-targeted pass: the likeliest classes tried; null: all others
     square_queries: int = 1000
     batch_size: int = 500  # rows (image x eps pairs) attacked together
     early_exit: bool = True  # stop attacking an image once broken (same records, less work)
@@ -67,6 +68,9 @@ class RobustnessParams:
             )
         if p.pgd_steps < 1 or p.pgd_restarts < 1 or p.batch_size < 1 or p.square_queries < 1:
             raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
+        if p.pgd_targets is not None and p.pgd_targets < 0:
+            raise CapsbenchError(f"params.pgd_targets must be >= 0 (0: no multi-targeted pass) or null for every "
+                                 f"other class, got {p.pgd_targets}")
 
 
 @dataclass(frozen=True)
