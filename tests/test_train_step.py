@@ -15,6 +15,7 @@ from capsbench.train.loop import fit, make_optimizer
 from capsbench.train.protocols import Batch, TrainingProtocol
 from capsbench.train.step import TrainStep, auto_threads, cpu_quota
 from capsbench.train.trained import default_protocol, training_identity
+from capsbench.util import precision
 from capsbench.util.hashing import content_key
 
 TINY_CAPSNET = {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": [16]}
@@ -36,8 +37,6 @@ def test_auto_threads_never_exceed_the_cpus_this_process_may_use():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["train.precision=bf16"], "train.precision=bf16 trains under bf16 autocast on CUDA only"),
-        (["model_train.capsnet.precision=bf16"], "model_train.capsnet.precision=bf16"),
         (["train.precision=fp16"], "train.precision: precision=fp16 is not supported"),
         (["train.precision=fp64"], "train.precision: precision must be one of fp32, bf16"),
         (["train.compile=maybe"], "train.compile"),
@@ -48,11 +47,28 @@ def test_bad_training_options_name_the_key(overrides, message, tmp_path):
         compose(["suite=accuracy", "device=cpu", f"output_dir={tmp_path}", *overrides])
 
 
+def cpuinfo(tmp_path, flags: str):
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: fpu sse2 avx2 {flags}\n")
+    return path
+
+
+@pytest.mark.parametrize("overrides", [["train.precision=bf16"], ["model_train.capsnet.precision=bf16"],
+                                       ["suite=efficiency", "params.precision=bf16"]])
+def test_bf16_is_refused_on_a_cpu_without_bf16_instructions(tmp_path, monkeypatch, overrides):
+    monkeypatch.setattr(precision, "CPUINFO", cpuinfo(tmp_path, "avx512f"))
+    with pytest.raises(CapsbenchError, match=r"bf16 needs a GPU or a CPU with bf16 instructions.*reports none"):
+        compose(["suite=accuracy", "device=cpu", f"output_dir={tmp_path}", *overrides])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="device=auto resolves to cuda here")
-def test_bf16_with_device_auto_is_refused_once_auto_resolves_to_cpu(tmp_path):
-    with pytest.raises(
-        CapsbenchError, match="train.precision=bf16 trains under bf16 autocast on CUDA only, but device=cpu"
-    ):
+def test_bf16_is_accepted_on_a_cpu_with_bf16_instructions_once_auto_resolves(tmp_path, monkeypatch):
+    monkeypatch.setattr(precision, "CPUINFO", cpuinfo(tmp_path, "avx512_bf16 amx_bf16"))
+    assert precision.cpu_bf16_instructions() == ["AMX-BF16", "AVX512-BF16"]
+    cfg = compose(["suite=accuracy", "device=auto", f"output_dir={tmp_path}", "train.precision=bf16"])
+    assert cfg.device == "cpu" and cfg.train.precision == "bf16"
+    monkeypatch.setattr(precision, "CPUINFO", cpuinfo(tmp_path, "avx2"))
+    with pytest.raises(CapsbenchError, match="device=cpu"):
         compose(["suite=accuracy", "device=auto", f"output_dir={tmp_path}", "train.precision=bf16"])
 
 
@@ -113,7 +129,7 @@ def test_a_generator_on_the_data_device_augments_there():
 
 
 def test_bf16_step_keeps_routing_and_the_loss_in_fp32():
-    """bf16 is refused on CPU by the config; CPU autocast stands in here for the CUDA path it takes."""
+    """bf16 autocast on the CPU (the CUDA path is the same code): routing, squash and the loss in fp32."""
     torch.manual_seed(0)
     model = create_model("capsnet", **TINY_CAPSNET)
     step = TrainStep(

@@ -21,6 +21,7 @@ from capsbench.config.schema import BUDGETS, PER_MODEL, ReportConfig, RunConfig
 from capsbench.config.shape import check_shapes, describe_error
 from capsbench.errors import CapsbenchError
 from capsbench.suites import CATALOG
+from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
 from capsbench.util.shipped import shipped_dir
 
@@ -150,10 +151,12 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
     except OmegaConfBaseException as exc:  # e.g. an unresolvable ${...} interpolation in a value
         raise CapsbenchError(f"bad value: {describe_error(exc)}") from None
     if resolve_device:
-        _resolve_device(cfg)
-        check_train_precision(cfg.train, cfg.device)  # bf16 with device=auto, now that auto became cuda or cpu
-        for name, train in trains.items():
-            check_train_precision(train, cfg.device, f"model_train.{name}")
+        _resolve_device(cfg)  # bf16 was let through for device=auto: check it again, now that auto is cuda or cpu
+        for name, train in [("train", cfg.train), *((f"model_train.{n}", t) for n, t in trains.items())]:
+            check_train_precision(train, cfg.device, name)
+        for key in ("precision", "attack_precision"):
+            if cfg.params is not None and key in cfg.params:
+                check_device_precision(cfg.params[key], cfg.device, f"params.{key}")
     return cfg
 
 

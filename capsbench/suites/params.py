@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capsbench.errors import CapsbenchError
-from capsbench.util.precision import check_precision
+from capsbench.util.precision import check_device_precision
 
 
 @dataclass
@@ -46,7 +46,7 @@ class EfficiencyParams:
 
     @staticmethod
     def validate(cfg: Any) -> None:
-        check_precision(cfg.params.precision)
+        check_device_precision(cfg.params.precision, cfg.device, "params.precision")
 
 
 @dataclass
@@ -74,7 +74,7 @@ class RoutingParams:
 
     @staticmethod
     def validate(cfg: Any) -> None:
-        check_precision(cfg.params.precision)
+        check_device_precision(cfg.params.precision, cfg.device, "params.precision")
         if not cfg.params.iterations or min(cfg.params.iterations) < 1:
             raise CapsbenchError(
                 f"params.iterations must be a non-empty list of r >= 1, got {list(cfg.params.iterations)}"

@@ -1,4 +1,4 @@
-"""How a training step runs: CPU intra-op threads, torch.compile, bf16 autocast (CUDA only).
+"""How a training step runs: CPU intra-op threads, torch.compile, bf16 autocast (CUDA, or a CPU with bf16 instructions).
 
 None of these changes the maths. compile and bf16 change rounding, so they are part of the checkpoint key;
 the thread count can change the summation order of convolutions, so it is recorded with the checkpoint.
@@ -63,7 +63,7 @@ class TrainStep:
         device: where the model lives ("cpu", "cuda", ...).
         compile_model: torch.compile the forward + loss (inductor); the model's own forward stays eager
             elsewhere (validation, attacks).
-        precision: "fp32", or "bf16" autocast on CUDA (routing keeps softmax and squash in fp32).
+        precision: "fp32", or "bf16" autocast (routing keeps softmax and squash in fp32; the losses stay fp32).
     """
 
     def __init__(self, model: Classifier, optimizer: torch.optim.Optimizer, *, device: str,

@@ -1,11 +1,13 @@
-"""Numeric precision and compilation options of the cost suites: fp32 or bf16 autocast (votes and matmuls
-in bf16; routing keeps softmax and squash in fp32), optional torch.compile. fp16 is refused.
-check_precision runs while the config is validated, so torch is imported only inside the functions that use it."""
+"""Numeric precision and compilation options: fp32 or bf16 autocast (votes, convolutions and matmuls in bf16; routing
+keeps softmax and squash in fp32, the losses stay fp32), optional torch.compile. fp16 is refused. bf16 runs on CUDA and
+on CPUs with bf16 instructions (AVX512-BF16, AMX-BF16), detected from what the kernel reports. The checks run while
+the config is validated, so torch is imported only inside the functions that use it."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from capsbench.errors import CapsbenchError
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
     from torch import nn
 
 PRECISIONS = ("fp32", "bf16")
+CPUINFO = Path("/proc/cpuinfo")
+BF16_FLAGS = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}  # /proc/cpuinfo flag -> instruction set
 
 
 def check_precision(precision: str) -> None:
@@ -41,15 +45,32 @@ def autocast(device: str, precision: str) -> Iterator[None]:
         yield
 
 
-def check_train_precision(train: DictConfig, device: str, where: str = "train") -> None:
-    """train.precision is fp32, or bf16 on CUDA (device=auto passes here; compose checks again once it is resolved)."""
+def cpu_bf16_instructions() -> list[str]:
+    """The bf16 instruction sets this CPU has, as the kernel reports them in CPUINFO ([] where none, or not Linux)."""
     try:
-        check_precision(train.precision)
+        lines = CPUINFO.read_text().splitlines()
+    except OSError:
+        return []
+    flags = next((set(line.partition(":")[2].split()) for line in lines if line.startswith("flags")), set())
+    return [name for flag, name in BF16_FLAGS.items() if flag in flags]
+
+
+def check_device_precision(precision: str, device: str, where: str) -> None:
+    """`where`=precision is fp32, or bf16 on CUDA or on a CPU with bf16 instructions; device=auto passes here
+    (compose checks again once it is resolved)."""
+    try:
+        check_precision(precision)
     except CapsbenchError as exc:
-        raise CapsbenchError(f"{where}.precision: {exc}") from None
-    if train.precision == "bf16" and not (device == "auto" or str(device).startswith("cuda")):
-        raise CapsbenchError(f"{where}.precision=bf16 trains under bf16 autocast on CUDA only, but device={device}; "
-                             f"use {where}.precision=fp32 here, or device=cuda")
+        raise CapsbenchError(f"{where}: {exc}") from None
+    on_cpu = not (device == "auto" or str(device).startswith("cuda"))
+    if precision == "bf16" and on_cpu and not cpu_bf16_instructions():
+        raise CapsbenchError(f"{where}=bf16 needs a GPU or a CPU with bf16 instructions (AVX512-BF16 or AMX-BF16), "
+                             f"and this CPU reports none (device={device}); use {where}=fp32, or device=cuda")
+
+
+def check_train_precision(train: DictConfig, device: str, where: str = "train") -> None:
+    """train.precision: see check_device_precision."""
+    check_device_precision(train.precision, device, f"{where}.precision")
 
 
 def dtype_label(precision: str) -> str:
