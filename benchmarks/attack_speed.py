@@ -2,7 +2,8 @@
 on the same model and MNIST test images, timed alternately so that machine load hits all alike; prints images/s,
 the ratios, how far the three agree on which images broke and, last,
 `attack_speed pgd20 capsnet images_per_s=X ratio=Y` (capsbench with early exit, the default; ratio: its images/s
-over the plain loop's).
+over the plain loop's). Before it, the roofline of one attack step (forward and input gradient on the batch): its
+GFLOP/s against a matmul probe's peak measured in the same run.
 
     CAPSBENCH_DATA=DIR uv run python benchmarks/attack_speed.py [--quick] [--checkpoint PATH] [--device cuda]
 
@@ -31,6 +32,7 @@ from capsbench.attacks import ATTACKS, AttackSettings, decisions
 from capsbench.attacks.base import start_noise
 from capsbench.config.compose import compose
 from capsbench.config.schema import TrainConfig
+from capsbench.cost.roofline import peak_flops, step_throughput
 from capsbench.cost.timing import device_label
 from capsbench.data import DATASETS, as_images, batches, load_splits
 from capsbench.models import MODELS, Classifier, create_model
@@ -198,6 +200,16 @@ def main() -> None:
     agree = (broken["capsbench early_exit=on"] == plain) & (broken["capsbench early_exit=off"] == plain)
     print(f"the three agree on {int(agree.sum())}/{n_images} images (a disagreement is a float tie at some iterate)")
     print("the machine may be shared with other jobs: compare the interleaved ratios, not absolute numbers")
+    xs = images.clone().requires_grad_()
+
+    def attack_step() -> None:
+        loss = F.cross_entropy(log_normalised(model(xs).scores), labels)
+        torch.autograd.grad(loss, xs)
+
+    peak = peak_flops(args.device, "fp32")
+    step = step_throughput(f"one PGD step on {n_images} images (forward + input gradient)", attack_step,
+                           device=args.device, peak=peak)
+    print(f"roofline: {step.line()}")
     fast = speed["capsbench early_exit=on"]
     print(f"attack_speed pgd{STEPS} capsnet images_per_s={fast:.1f} ratio={fast / reference:.2f}")
 

@@ -1,5 +1,8 @@
 """Times capsbench's votes + dynamic routing against the broadcast-matmul reference (forward + backward,
 Sabour sizes) in one run and prints the speed ratio, peak memory and the largest output/gradient difference.
+Then the roofline: the step's GFLOP/s against a matmul probe's peak measured in the same run, and one routing
+iteration's bytes moved (it reads the votes twice: s = sum_i c_ij u_j|i, then the agreements u_j|i . v_j) over the
+measured device-to-device copy rate, the roof of this memory-bound loop.
 
     uv run python benchmarks/routing_speed.py [--batch 128] [--precision bf16] [--compile] [--device cuda]
 """
@@ -12,8 +15,9 @@ import logging
 import torch
 
 from capsbench.cost import routing_bench as rb
-from capsbench.cost.timing import device_label
-from capsbench.util.precision import check_precision, dtype_label
+from capsbench.cost.roofline import bandwidth_fraction, copy_bytes_per_second, peak_flops, step_throughput
+from capsbench.cost.timing import device_label, time_iterations
+from capsbench.util.precision import autocast, check_precision, dtype_label
 
 log = logging.getLogger("routing_speed")
 
@@ -65,6 +69,17 @@ def main() -> None:
         mem["reference"] / 2**20,
     )
     log.info("speed ratio reference / capsbench: %.2fx", ref / ours)
+    peak = peak_flops(args.device, args.precision)
+    step = step_throughput("votes + routing, forward + backward", rb.ours_step(setup, args.precision, args.compile),
+                           device=args.device, peak=peak, repeats=args.repeats)
+    log.info("roofline: %s", step.line())
+    with torch.no_grad(), autocast(args.device, args.precision):
+        u_hat = setup.votes(setup.u)  # (B, in, out, D), in the precision's dtype
+        timing = time_iterations(setup.routing, (u_hat,), max_iterations=5, device=args.device, warmup=args.warmup,
+                                 repeats=args.repeats)
+    moved = 2 * u_hat.numel() * u_hat.element_size()
+    log.info("roofline: one routing iteration moves %s", bandwidth_fraction(moved, timing.slope,
+                                                                            copy_bytes_per_second(args.device)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
 """Times capsbench's training step (forward, loss, backward, Adam step) for capsnet and cnn_sabour at the quick
 budget's sizes against a plain reference written here, both in the same run, timed alternately so that machine
-load hits both alike; prints images/s, the ratio per model and, last, `train_speed ratio capsnet=X cnn_sabour=Y`.
+load hits both alike; prints images/s, the ratio per model and `train_speed ratio capsnet=X cnn_sabour=Y`.
+
+Then the roofline: per model and precision (fp32, and bf16 where the device has it), the step's achieved GFLOP/s
+(FLOPs counted by torch's FlopCounterMode) and those of its two dominant layers timed alone on the inputs they see in
+the step, against the peak of a matmul probe measured in the same run; last, one `roofline <model> <precision>
+step=X% <layer>=Y% ...` line each (fractions of that peak).
 
     uv run python benchmarks/train_speed.py [--quick] [--compile] [--device cuda] [--budget quick]
 
@@ -22,12 +27,14 @@ from torch.nn import functional as F
 import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 from capsbench.config.compose import compose
 from capsbench.config.schema import TrainConfig
+from capsbench.cost.roofline import dominant_layers, layer_throughput, peak_flops, step_throughput
 from capsbench.cost.timing import device_label, time_call
 from capsbench.data import DATASETS
 from capsbench.models import MODELS, Classifier, create_model
 from capsbench.train.loop import make_optimizer
 from capsbench.train.protocols import Batch
 from capsbench.train.step import TrainStep, auto_threads
+from capsbench.util.precision import autocast, cpu_bf16_instructions
 
 MODELS_TIMED = ("capsnet", "cnn_sabour")
 
@@ -230,6 +237,32 @@ def interleaved_seconds(
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def roofline(name: str, args: dict, batch: int, lr: float, device: str, precision: str, peak: float,
+             repeats: int) -> str:
+    """Print the step's and its dominant layers' throughput against `peak`; return the summary line."""
+    torch.manual_seed(0)
+    images = torch.rand(batch, args["in_channels"], args["image_size"], args["image_size"], device=device)
+    labels = torch.randint(0, args["num_classes"], (batch,), device=device)
+    model = create_model(name, **args).to(device)
+    step = TrainStep(model, make_optimizer(model.parameters(), TrainConfig(lr=lr), device)[0], device=device,
+                     precision=precision)
+    whole = step_throughput(f"{name} {precision} training step", lambda: step(Batch(images, labels)), device=device,
+                            peak=peak, repeats=repeats)
+    print(f"  {whole.line()}")
+    parts = []
+
+    def forward() -> None:
+        with autocast(device, precision):
+            model(images, labels)
+
+    for layer, module, inputs in dominant_layers(model, forward, k=2):
+        measured = layer_throughput(f"{name} {precision} {layer} (forward + backward)", module, inputs, device=device,
+                                    precision=precision, peak=peak, repeats=repeats)
+        print(f"  {measured.line()}")
+        parts.append(f"{layer}={100 * measured.fraction:.0f}%")
+    return f"roofline {name} {precision} step={100 * whole.fraction:.0f}% {' '.join(parts)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds: under a minute on a 2-core CPU")
@@ -275,6 +308,17 @@ def main() -> None:
             f"{'met' if all(compiled[k] > 1.0 for k in compiled) else 'NOT met'}"
         )
     print(f"train_speed ratio {' '.join(f'{k}={v:.2f}' for k, v in ratios.items())}")
+    precisions = ["fp32"] + (["bf16"] if args.device.startswith("cuda") or cpu_bf16_instructions() else [])
+    summary = []
+    for precision in precisions:
+        peak = peak_flops(args.device, precision)
+        print(f"roofline, {precision}: measured peak {peak / 1e9:.0f} GFLOP/s (square matmul probe, best of 5)")
+        for name in MODELS_TIMED:
+            summary.append(roofline(name, quick_args(name, args.budget), cfg.train.batch_size, cfg.train.lr,
+                                    args.device, precision, peak, repeats=per_round + 1))
+    if len(precisions) == 1:
+        print("bf16: this CPU reports no bf16 instructions (AVX512-BF16, AMX-BF16); fp32 only")
+    print("\n".join(summary))
 
 
 if __name__ == "__main__":
