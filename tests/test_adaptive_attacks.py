@@ -171,3 +171,16 @@ def test_pgd_adaptive_runs_a_raw_margin_and_a_multi_targeted_pass_within_its_sta
     assert len(passes) == 2 * 2 * 2 + 2 + 9
     assert len(adaptive.passes(model, dataclasses.replace(SETTINGS, targets=3))) == 2 * 2 + 1 + 3
     assert "targeted raw margin towards every other class" in adaptive.budget(SETTINGS)
+
+
+def test_bf16_attacks_count_only_breaks_the_fp32_model_confirms():
+    """Under bf16 autocast an iterate may fool the rounded model only, or only the fp32 one: the fp32 model judges."""
+    model = tiny_model("capsnet")
+    x = torch.rand(16, 1, 28, 28)
+    y = decisions(model, x)
+    bf16 = dataclasses.replace(SETTINGS, precision="bf16")
+    for name in ("pgd", "pgd_adaptive", "vote"):
+        result = ATTACKS.get(name).run(model, x, y, torch.arange(16), [0.0, 0.05], bf16)
+        assert not result.broken[0.0].any()
+        assert torch.equal(result.broken[0.05], decisions(model, result.adversarial[0.05]) != y)  # fp32 decisions
+        assert result.broken[0.05].any(), "the known answer needs a break"

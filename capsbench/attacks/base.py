@@ -34,6 +34,7 @@ class AttackSettings:
     detection_threshold: float | None = None  # the reconstruction detector that pgd_detect_aware evades
     detection_weight: float = 1.0  # its penalty: weight x (distance / threshold - 0.9), where positive
     targets: int | None = None  # classes a multi-targeted pass tries, likeliest first; None: every other class
+    precision: str = "fp32"  # or bf16: gradient attacks under bf16 autocast, each image judged by the fp32 model
 
 
 @dataclass

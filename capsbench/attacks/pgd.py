@@ -18,6 +18,7 @@ from torch.nn import functional as F
 from capsbench.attacks.base import REJECTED, Attack, AttackResult, AttackSettings, decisions, start_noise
 from capsbench.attacks.objectives import Objective
 from capsbench.models import Classifier
+from capsbench.util.precision import autocast
 
 
 def margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -58,7 +59,7 @@ class Pass:
 def pgd_rows(
     objective: Objective, images: torch.Tensor, labels: torch.Tensor, eps: torch.Tensor, *, steps: int,
     step_size: torch.Tensor, loss: str, noise: torch.Tensor | None, early_exit: bool = True,
-    targets: torch.Tensor | None = None,
+    targets: torch.Tensor | None = None, precision: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """L-inf PGD, one row per (image, eps): images (R, C, H, W) in [0, 1], labels (R,), eps and step_size (R,),
     noise (R, C, H, W) in [-1, 1] for a random start (scaled by eps) or None, targets (R,) for the targeted loss.
@@ -66,7 +67,8 @@ def pgd_rows(
     Every iterate 0..steps is judged by the real model's decision (or the defended model's, where a REJECTED decision
     is never a success); a row is broken when any iterate is wrong (whichever class it lands on, for a targeted loss
     too). With early_exit a broken row leaves the batch at once (rows with eps = 0 after iterate 0): the same result,
-    less work.
+    less work. With precision=bf16 the forward and backward passes run under bf16 autocast, and the fp32 model judges
+    each row once at the end, on its first bf16-breaking iterate, else its last: broken means wrong in fp32.
     Returns broken (R,) and adversarial images (R, C, H, W): the first breaking iterate, else the last.
     """
     rows = torch.arange(len(images), device=images.device)
@@ -81,12 +83,13 @@ def pgd_rows(
         last = t == steps
         xa = x[live].requires_grad_(not last)
         judged = None
-        if not last or objective.real_forward:
-            with torch.set_grad_enabled(not last):
-                judged = objective(xa)
-        decided = None if judged is None else judged.decided
-        if decided is None:  # a surrogate objective: the real model decides
-            decided = decisions(objective.model, xa.detach())
+        with autocast(images.device.type, precision):
+            if not last or objective.real_forward:
+                with torch.set_grad_enabled(not last):
+                    judged = objective(xa)
+            decided = None if judged is None else judged.decided
+            if decided is None:  # a surrogate objective: the real model decides
+                decided = decisions(objective.model, xa.detach())
         newly = (decided != labels[live]) & (decided != REJECTED) & ~broken[live]
         adversarial[live[newly]] = xa.detach()[newly]
         broken[live[newly]] = True
@@ -107,7 +110,19 @@ def pgd_rows(
                 break
     unbroken = ~broken
     adversarial[unbroken] = x[unbroken]
+    if precision != "fp32":
+        broken = _wrong_in_fp32(objective, adversarial, labels)
     return broken, adversarial
+
+
+@torch.no_grad()
+def _wrong_in_fp32(objective: Objective, adversarial: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(R,) whether the model in fp32 (defended, where the objective is) gets each row's adversarial image wrong:
+    the first iterate that fooled it in bf16, else its last iterate."""
+    decided = objective(adversarial).decided if objective.real_forward else None
+    if decided is None:
+        decided = decisions(objective.model, adversarial)
+    return (decided != labels) & (decided != REJECTED)
 
 
 class PGD(Attack):
@@ -181,7 +196,7 @@ class PGD(Attack):
                 targets = ranked_target(run.objective, images[img], labels[img], run.offset)
             hit, adv = pgd_rows(run.objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
                                 step_size=self.step_sizes(eps[alive], settings), loss=run.loss, noise=noise,
-                                early_exit=settings.early_exit, targets=targets)
+                                early_exit=settings.early_exit, targets=targets, precision=settings.precision)
             broken[rows] = hit
             adversarial[rows] = adv
 

@@ -65,6 +65,7 @@ def settings(params: Any, num_classes: int) -> AttackSettings:
         batch_size=params.batch_size,
         early_exit=params.early_exit,
         targets=params.pgd_targets,
+        precision=params.attack_precision,
     )
 
 

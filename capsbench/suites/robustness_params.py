@@ -8,6 +8,7 @@ from typing import Any
 
 from capsbench.attacks import CATALOG
 from capsbench.errors import CapsbenchError
+from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
 
 PER_DATASET = {"keys": "dataset"}  # field metadata: a mapping keyed by dataset name (named in config errors)
@@ -25,6 +26,7 @@ class RobustnessParams:
     pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
     pgd_restarts: int = 1
     pgd_targets: int | None = None  # pgd_adaptive's multi-targeted pass: the likeliest classes tried; null: all others
+    attack_precision: str = "fp32"  # bf16: gradient attacks under bf16 autocast, breaks confirmed in fp32 (opt-in)
     square_queries: int = 1000
     batch_size: int = 500  # rows (image x eps pairs) attacked together
     early_exit: bool = True  # stop attacking an image once broken (same records, less work)
@@ -68,6 +70,7 @@ class RobustnessParams:
             )
         if p.pgd_steps < 1 or p.pgd_restarts < 1 or p.batch_size < 1 or p.square_queries < 1:
             raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
+        check_device_precision(p.attack_precision, cfg.device, "params.attack_precision")
         if p.pgd_targets is not None and p.pgd_targets < 0:
             raise CapsbenchError(f"params.pgd_targets must be >= 0 (0: no multi-targeted pass) or null for every "
                                  f"other class, got {p.pgd_targets}")
