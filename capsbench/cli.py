@@ -83,15 +83,18 @@ def _setup_logging(quiet: bool = False) -> None:
     "Examples:\n\n  capsbench run suite=accuracy\n\n  capsbench run suite=accuracy budget=smoke seeds=[0,1,2]\n\n"
     "  capsbench run suite=[accuracy,robustness] launcher=ray\n\n"
     "  capsbench run suite=accuracy models=[capsnet] model_args.capsnet.routing_iterations=1\n\n"
+    "  capsbench run suite=claims budget=smoke claims=[sabour2017-mnist-r3]  (what the published claims need)\n\n"
     "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU). "
     "Finished units are kept: after Ctrl-C or a kill the same command measures only what is missing "
     "(remeasure=true measures everything again)."
 )
 def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    """`capsbench run`: compose, plan, launch and tabulate the named suites."""
-    from capsbench.config.compose import compose_suites  # lazy: torch-free, but --help does not need it
+    """`capsbench run`: compose, plan, launch and tabulate the named suites (suite=claims: what the claims need)."""
+    from capsbench.config.compose import compose_suites, parse_overrides  # lazy: torch-free, --help needs neither
 
     try:
+        if _names_claims(parse_overrides(list(overrides or [])).get("suite", "")):
+            return _run_claims(list(overrides or []), quiet)
         cfgs = compose_suites(list(overrides or []))
         from capsbench.run.driver import run_suites  # heavy: only once the input is known to be good
 
@@ -109,6 +112,39 @@ def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
         if not quiet:
             typer.echo(result.markdown)
         typer.echo(_where(cfg, result))
+
+
+def _names_claims(suite: str) -> bool:
+    """suite=claims (alone); naming it in a list of suites is an error."""
+    names = [n.strip() for n in suite.strip("[]").split(",")]
+    if "claims" in names and len(names) > 1:
+        raise CapsbenchError("suite=claims runs alone: it plans the suites each claim needs; run others separately")
+    return names == ["claims"]
+
+
+def _run_claims(overrides: list[str], quiet: bool) -> None:
+    """`capsbench run suite=claims`: the plan up front, then the units, the claims table and where the report is."""
+    from capsbench.run.claims_plan import plan_claims  # lazy: --help does not need it
+
+    try:
+        plan = plan_claims(overrides)
+        from capsbench.run.claims_run import announce, run_claims  # heavy: only once the input is known to be good
+
+        _setup_logging(quiet)
+        announce(plan)
+        result = run_claims(plan)
+    except CapsbenchError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        _fail("interrupted: every finished unit and checkpoint is kept; run the same command again", 130)
+    if not quiet:
+        typer.echo(result.markdown)
+    root = result.paths["claims.md"].parent
+    typer.echo(f"claims: {root}/claims.{{md,tex,csv}}; report {root}/report.{{md,tex}}; records {root}/records.jsonl")
+    if result.missing:
+        typer.echo(f"  {len(result.missing)} unit(s) failed, missing from the verdicts; run the same command again")
+    if result.parent_run_id:
+        typer.echo(f"  MLflow run {result.parent_run_id} in {plan.cfg.tracking.uri}")
 
 
 def _where(cfg: Any, result: Any) -> str:
@@ -170,7 +206,8 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
     "measured ones, figures, and one report.md and standalone report.tex, under <output_dir>/report/.\n\n"
     "Examples:\n\n  capsbench report\n\n  capsbench report suite=accuracy budget=quick\n\n"
     "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
-    "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir. "
+    "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir, "
+    "one_seed_verdicts. "
     "Runs of different budgets or capsbench versions are never mixed."
 )
 def report(overrides: Overrides = None, quiet: Quiet = False) -> None:

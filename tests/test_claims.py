@@ -1,5 +1,6 @@
 """Claims: the shipped claim files load, and synthetic records get the known verdict for each case (supported,
-refuted, not resolved, no records) under each test (paired McNemar, Welch across seeds, ratio, exact count)."""
+refuted, not resolved, protocol not met, no records) under each test (per-seed direction with the t-test on per-seed
+differences and pooled McNemar, Welch, ratio, exact count) and each protocol check."""
 
 from __future__ import annotations
 
@@ -9,9 +10,19 @@ import pytest
 import report_fixtures as fixtures
 
 from capsbench.errors import CapsbenchError
-from capsbench.reporting.claim_files import Claim, Side, load_claims, load_claims_file
+from capsbench.reporting.claim_files import Check, Claim, Side, load_claims, load_claims_file
 from capsbench.reporting.frame import records_frame
-from capsbench.reporting.verdicts import NO_RECORDS, REFUTED, SUPPORTED, UNRESOLVED, Run, as_rows, judge
+from capsbench.reporting.verdicts import (
+    NO_RECORDS,
+    PROTOCOL_NOT_MET,
+    REFUTED,
+    SUPPORTED,
+    UNRESOLVED,
+    Run,
+    as_rows,
+    judge,
+    render_markdown,
+)
 from capsbench.suites import SUITES
 
 
@@ -21,7 +32,7 @@ def claim(metric: str = "test_accuracy", suite: str = "accuracy", better: Side =
                  suite=suite, dataset="mnist", metric=metric, better=better, worse=worse, **kw)
 
 
-def run(records: list[dict], suite: str = "accuracy", budget: str = "smoke", **kw) -> Run:
+def run(records: list[dict], suite: str = "accuracy", budget: str = "quick", **kw) -> Run:
     args = kw.pop("model_args", {"capsnet": {"routing_iterations": "3"}, "cnn_sabour": {}})
     return Run(records_frame(records, SUITES.get(suite)), args, kw.pop("settings", {}), budget)
 
@@ -36,23 +47,57 @@ def seeds(model: str, metric: str, values: list[float], suite: str = "accuracy",
     return [fixtures.value(suite, model, metric, v, seed=s, **columns) for s, v in enumerate(values)]
 
 
-def test_paired_mcnemar_gives_each_verdict():
-    assert judge(claim(), run(paired(9950, 9900))).verdict == SUPPORTED  # 50 discordant pairs, all for capsnet
-    refuted = judge(claim(), run(paired(9900, 9950)))
+def per_seed(capsnet: list[int], cnn: list[int], n: int = 10000, metric: str = "test_accuracy") -> list[dict]:
+    """Seed s: capsnet gets the first capsnet[s] of n images right, cnn_sabour the first cnn[s]."""
+    return [fixtures.acc("accuracy", model, metric, right, n, seed=s, error=metric == "test_error")
+            for model, rights in (("capsnet", capsnet), ("cnn_sabour", cnn)) for s, right in enumerate(rights)]
+
+
+def test_one_seed_is_at_most_not_resolved_unless_asked():
+    one = judge(claim(), run(paired(9950, 9900)))  # 50 discordant pairs, all for capsnet: McNemar p ~ 2e-12
+    assert one.verdict == UNRESOLVED and "one seed" in one.reason and one.p < 1e-10
+    assert one.needs.startswith("seeds=[0,1,2]") and as_rows([one])[0]["cell"] == "not resolved (quick, one seed)"
+    asked = judge(claim(), run(paired(9950, 9900)), one_seed=True)
+    assert asked.verdict == SUPPORTED and "one_seed_verdicts=true" in asked.reason
+    assert as_rows([asked])[0]["cell"] == "supported (quick, one seed)"
+    refuted = judge(claim(), run(paired(9900, 9950)), one_seed=True)
     assert refuted.verdict == REFUTED and "McNemar on 10,000" in refuted.reason
-    close = judge(claim(), run(paired(9905, 9900)))  # 5 discordant pairs: exact p = 2 / 2**5 = 0.0625
-    assert close.verdict == UNRESOLVED and close.p == pytest.approx(0.0625)
-    assert "budget=paper" in close.reason and "n = 10,000 images" in close.reason
+    close = judge(claim(), run(paired(9905, 9900)), one_seed=True)  # 5 discordant pairs: exact p = 2 / 2**5
+    assert close.verdict == UNRESOLVED and close.p == pytest.approx(0.0625) and "budget=paper" in close.needs
+
+
+def test_three_seeds_agreeing_in_direction_support_the_claim():
+    agree = judge(claim(), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895])))
+    assert agree.verdict == SUPPORTED and agree.seeds == 3 and agree.needs == ""
+    assert "same direction in all 3 seeds" in agree.reason and "30,000 pooled test images" in agree.reason
+    assert as_rows([agree])[0]["cell"] == "supported (quick, 3 seeds)"
+    flipped = judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")),
+                    run(per_seed([9950, 9945, 9955], [9900, 9910, 9895])))
+    assert flipped.verdict == REFUTED
+
+
+def test_three_seeds_disagreeing_in_direction_give_no_verdict():
+    """Pooled over seeds the images favour capsnet by 100 discordant pairs (McNemar p ~ 1e-23), and two seeds of three
+    do too, but the third goes the other way: no supported or refuted verdict."""
+    mixed = judge(claim(), run(per_seed([9990, 9990, 9880], [9900, 9900, 9920])))
+    assert mixed.verdict == UNRESOLVED and mixed.needs == "more seeds"
+    assert "direction differs between seeds (capsnet ahead in seed(s) 0, 1, behind in 2)" in mixed.reason
+    assert judge(claim(), run(per_seed([9990, 9990, 9880], [9900, 9900, 9920])), one_seed=True).verdict == UNRESOLVED
+
+
+def test_same_direction_needs_the_seed_test_too():
+    """Every seed favours capsnet, but by 1, 2 and 60 images: the per-seed differences are too spread for 3 seeds."""
+    spread = judge(claim(), run(per_seed([9901, 9902, 9960], [9900, 9900, 9900])))
+    assert spread.verdict == UNRESOLVED and "not both p < 0.05" in spread.reason and spread.needs.startswith("more")
 
 
 def test_error_metric_direction_is_lower_is_better():
-    records = [fixtures.acc("accuracy", "capsnet", "test_error", 9950, 10000, error=True),
-               fixtures.acc("accuracy", "cnn_sabour", "test_error", 9900, 10000, error=True)]
+    records = per_seed([9950, 9945, 9955], [9900, 9910, 9895], metric="test_error")
     assert judge(claim("test_error"), run(records)).verdict == SUPPORTED
     assert judge(claim("test_error", better=Side("cnn_sabour"), worse=Side("capsnet")), run(records)).verdict == REFUTED
 
 
-def test_welch_across_seeds_without_outcomes():
+def test_seeds_without_outcomes_use_the_per_seed_differences():
     apart = seeds("capsnet", "test_accuracy", [99.3, 99.4, 99.35]) + seeds(
         "cnn_sabour", "test_accuracy", [99.0, 99.05, 98.95]
     )
@@ -64,7 +109,13 @@ def test_welch_across_seeds_without_outcomes():
     assert judge(claim(), run(noisy)).verdict == UNRESOLVED
     single = seeds("capsnet", "test_accuracy", [99.3]) + seeds("cnn_sabour", "test_accuracy", [99.0])
     one = judge(claim(), run(single))
-    assert one.verdict == UNRESOLVED and "seeds=[0,1,2]" in one.reason
+    assert one.verdict == UNRESOLVED and "not testable" in one.reason and one.needs == "seeds=[0,1,2]"
+    unpaired = seeds("capsnet", "test_accuracy", [99.3, 99.4, 99.35]) + [
+        fixtures.value("accuracy", "cnn_sabour", "test_accuracy", v, seed=s)
+        for s, v in ((5, 99.0), (6, 99.05), (7, 98.95))
+    ]
+    welch = judge(claim(), run(unpaired))
+    assert welch.verdict == SUPPORTED and "Welch" in welch.reason
 
 
 def test_ratio_claim_on_latency_tests_the_factor():
@@ -118,9 +169,9 @@ def test_a_side_trained_otherwise_is_read_from_its_own_rows():
         *paired(9900, 9950),
         {**fixtures.acc("accuracy", "cnn_sabour", "test_accuracy", 9990, 10000), "training": "pgd"},
     ]
-    trained = judge(claim(better=Side("cnn_sabour", training="pgd"), worse=Side("capsnet")), run(records))
+    trained = judge(claim(better=Side("cnn_sabour", training="pgd"), worse=Side("capsnet")), run(records), True)
     assert trained.verdict == SUPPORTED and trained.better.mean == pytest.approx(99.9)
-    standard = judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")), run(records))
+    standard = judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")), run(records), True)
     assert standard.verdict == SUPPORTED and standard.better.mean == 99.5
 
 
@@ -134,7 +185,7 @@ def test_a_side_may_read_another_metric_of_the_same_direction(tmp_path: Path):
     c = claim(
         "robust_accuracy", "robustness", Side("capsnet", metric="correct_or_detected"), Side("capsnet"), sweep=sweep
     )
-    j = judge(c, run(records, "robustness"))
+    j = judge(c, run(records, "robustness"), one_seed=True)
     assert j.verdict == SUPPORTED and (j.better.mean, j.worse.mean) == (70.0, 30.0)
     path = tmp_path / "bad.yaml"
     path.write_text(
@@ -148,12 +199,77 @@ def test_a_side_may_read_another_metric_of_the_same_direction(tmp_path: Path):
 
 def test_undertrained_models_are_never_judged():
     records = [{**r, "undertrained": r["model"] == "cnn_sabour"} for r in paired(9950, 9900)]
-    assert judge(claim(), run(records)).verdict == UNRESOLVED
+    undertrained = judge(claim(), run(records), one_seed=True)
+    assert undertrained.verdict == UNRESOLVED and "cnn_sabour is undertrained" in undertrained.reason
+
+
+def test_a_smoke_run_never_yields_a_verdict():
+    """Whatever the numbers, seeds or one_seed_verdicts: smoke records are judged "protocol not met"."""
+    for records in (paired(9950, 9900), per_seed([9950, 9945, 9955], [9900, 9910, 9895])):
+        smoke = judge(claim(), run(records, budget="smoke"), one_seed=True)
+        assert smoke.verdict == PROTOCOL_NOT_MET and "budget=smoke" in smoke.reason
+        assert smoke.needs == "budget=quick or budget=paper" and as_rows([smoke])[0]["cell"].startswith(
+            "protocol not met (smoke, "
+        )
+    assert judge(claim(worse=Side("resnet56")), run(paired(9950, 9900), budget="smoke")).verdict == NO_RECORDS
+
+
+def test_a_claim_whose_protocol_check_fails_is_protocol_not_met():
+    """Both models must reach 99.2 % (the affNIST claim's matched accuracy): 99.5 and 99.0 % fail on the CNN, with the
+    number that missed in the reason; at 99.0 % both pass and the seed rule decides."""
+    matched = Check("both models at the paper's MNIST accuracy", "at_least", 99.2, needs="train.target_val_accuracy")
+    records = per_seed([9950, 9945, 9955], [9900, 9910, 9895])
+    missed = judge(claim(checks=(matched,)), run(records))
+    assert missed.verdict == PROTOCOL_NOT_MET and missed.seeds == 3 and missed.needs == "train.target_val_accuracy"
+    assert "cnn_sabour test_accuracy 99.02 (mean of 3 seeds) < 99.2: both models at the paper's" in missed.reason
+    assert "capsnet" not in missed.reason.split(";")[0].split(" test_accuracy")[0]
+    met = Check("both models at 99 %", "at_least", 99.0)
+    assert judge(claim(checks=(met,)), run(records)).verdict == SUPPORTED
+
+
+def test_checks_on_another_metric_the_published_number_and_the_budget():
+    clean = Check("models trained to 99 %", "at_least", 99.0, sides=("worse",), metric="test_accuracy")
+    errors = per_seed([9950, 9945, 9955], [9800, 9810, 9795], metric="test_error") + per_seed(
+        [9950, 9945, 9955], [9800, 9810, 9795]
+    )
+    low = judge(claim("test_error", checks=(clean,)), run(errors))
+    assert low.verdict == PROTOCOL_NOT_MET and "cnn_sabour test_accuracy 98.02" in low.reason
+    near = Check("within 0.3 points of the published error", "near_published", 0.3)
+    published = claim("test_error", better=Side("capsnet", published=0.25), worse=Side("cnn_sabour", published=0.39),
+                      checks=(near,))
+    far = judge(published, run(errors))
+    assert far.verdict == PROTOCOL_NOT_MET
+    assert "cnn_sabour test_error 1.983 (mean of 3 seeds) is 1.59 from" in far.reason
+    assert "capsnet test_error" not in far.reason  # its mean error 0.5 is 0.25 from the published 0.25: within 0.3
+    paper = Check("the published model sizes", "budget", "paper")
+    quick = judge(claim("test_error", checks=(paper,)), run(errors))
+    assert quick.verdict == PROTOCOL_NOT_MET and quick.reason == "measured at budget=quick; the published model sizes"
+    assert quick.needs == "budget=paper"
+    assert judge(claim("test_error", checks=(paper,)), run(errors, budget="paper")).verdict == SUPPORTED
+
+
+def test_a_standard_side_measured_only_trained_otherwise_misses_the_protocol():
+    records = [{**r, "training": "pgd"} if r["model"] == "cnn_sabour" else r for r in paired(9900, 9950)]
+    j = judge(claim(), run(records))
+    assert j.verdict == PROTOCOL_NOT_MET and "cnn_sabour was measured only as cnn_sabour (training=pgd)" in j.reason
+
+
+def test_the_table_has_the_budget_in_every_verdict_and_what_each_needs_next():
+    judged = [
+        judge(claim(), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895]))),
+        judge(claim(), run(paired(9950, 9900))),
+        judge(claim(worse=Side("resnet56")), run(paired(9950, 9900))),
+    ]
+    table = render_markdown(judged)
+    assert "| verdict | needs next | why |" in table
+    assert "| **supported** (quick, 3 seeds) | – |" in table
+    assert "| **not resolved** (quick, one seed) | seeds=[0,1,2] |" in table
+    assert "| **no records** (quick) | capsbench run suite=claims claims=[c] |" in table
 
 
 def test_rows_show_published_and_measured_numbers():
     c = claim(better=Side("capsnet", published=99.75), worse=Side("cnn_sabour", published=99.61))
-    row = as_rows([judge(c, run(paired(9950, 9900)))])[0]
+    row = as_rows([judge(c, run(paired(9950, 9900)), one_seed=True)])[0]
     assert row["published"] == "99.75 vs 99.61"
     assert row["measured"] == "99.5 [99.3, 99.6] (n=10,000) vs 99 [98.8, 99.2] (n=10,000)"
     assert row["verdict"] == SUPPORTED and row["source"] == "A. Author. Paper. 2017, Table 1"
@@ -188,3 +304,33 @@ def test_a_malformed_claim_names_file_and_key(tmp_path: Path):
     )
     with pytest.raises(CapsbenchError, match=r"bad.yaml: 'claims\[0\].metric' = 'test_acc' is not a metric"):
         load_claims_file(path)
+
+
+@pytest.mark.parametrize(
+    "check,message",
+    [
+        ("{what: w, at_least: 99, at_most: 100}", r"needs exactly one of at_least, at_most, near_published, budget"),
+        ("{at_least: 99}", r"must be a mapping with 'what'"),
+        ("{what: w, near_published: 1.0}", r"give each of \('better', 'worse'\) `published`"),
+        ("{what: w, at_least: 99, metric: clean_acc}", r"checks\[0\].metric' = 'clean_acc' is not a metric"),
+        ("{what: w, budget: 3}", r"'claims\[0\].checks\[0\].budget' has the wrong type"),
+    ],
+)
+def test_a_malformed_check_names_file_and_key(tmp_path: Path, check, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "source: {id: x, citation: X}\nclaims:\n  - {id: a, statement: s, where: w, suite: accuracy, "
+        f"dataset: mnist, metric: test_error, better: {{model: capsnet}}, worse: {{model: cnn_sabour}}, "
+        f"checks: [{check}]}}\n"
+    )
+    with pytest.raises(CapsbenchError, match=message):
+        load_claims_file(path)
+
+
+def test_shipped_claims_declare_their_protocol():
+    """Every shipped claim declares what its published numbers assume, beyond the rule that smoke judges nothing."""
+    claims = {c.id: c for c in load_claims()}
+    assert all(c.checks for c in claims.values())
+    assert claims["sabour2017-affnist"].checks[0].metric == "centred_accuracy" and claims["sabour2017-affnist"].data
+    assert claims["overview-speed"].checks[0].kind == "budget" and claims["sabour2017-multimnist"].checks[0].value == 2
+    assert claims["overview-reconstruction-detection"].run == {"params.detection_fpr": 0.05}

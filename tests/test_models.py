@@ -14,6 +14,7 @@ TINY = {
     "cnn_sabour": {"channels": (4, 4, 2), "fc": (8, 8)},
     "cnn_9x9": {"channels": (4, 4, 2), "fc": (8, 8)},
     "cnn_multimnist": {"channels": (4, 2), "fc": (8,)},
+    "cnn_hinton2018": {"channels": (4, 4), "fc": (8,)},
     "capsnet_em": {"a_channels": 4, "b_types": 2, "c_types": 2, "d_types": 2},
     "effcapsnet": {
         "channels": (4, 4, 4, 8),

@@ -95,4 +95,5 @@ class ReportConfig:
     until: str | None = None
     output_dir: str = "results"  # tables go to <output_dir>/report/
     baselines_dir: str | None = None  # default: the shipped baselines/
+    one_seed_verdicts: bool = False  # allow supported / refuted from one training seed (marked "one seed")
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

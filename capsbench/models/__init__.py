@@ -83,6 +83,14 @@ register_model(
     ),
 )
 register_model(
+    "cnn_hinton2018",
+    ModelSpec(
+        "capsbench.models.cnn_hinton2018:SmallNorbCNN",
+        "Hinton et al. 2018 smallNORB baseline CNN: conv 32, 64 @5x5, each with 2x2 max pool, FC 1024, dropout; "
+        "4.2 M params on 32x32 crops",
+    ),
+)
+register_model(
     "capsnet_em",
     ModelSpec(
         "capsbench.models.capsnet_em:CapsNetEM",

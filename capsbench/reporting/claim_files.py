@@ -1,5 +1,5 @@
-"""Published claims from baselines/claims/*.yaml ("model A beats model B on metric M"): schema validation only;
-reporting/verdicts.py computes their verdicts from records."""
+"""Published claims from baselines/claims/*.yaml ("model A beats model B on metric M", under the protocol its
+`checks` declare): schema validation only; reporting/verdicts.py computes their verdicts from records."""
 
 from __future__ import annotations
 
@@ -8,13 +8,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.baselines import NAME, baselines_dir, check_mapping, read_sourced_list
 from capsbench.suites import SUITES
 
+KINDS = {  # kind -> (type of its value, what a run needs to meet it when the check does not say)
+    "at_least": ((int, float), "budget=paper (models trained as long as the paper's)"),
+    "at_most": ((int, float), "budget=paper (models trained as long as the paper's)"),
+    "near_published": ((int, float), "budget=paper (models trained as long as the paper's)"),
+    "budget": (str, "budget=paper"),
+}
+_KEYS = {"what", "sides", "metric", "sweep", "needs", *KINDS}
+SIDES = ("better", "worse")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One assumption: `kind` (at_least / at_most a value of `metric`, the mean over seeds; near_published: within
+    `value` of the side's published number on the claim's metric; budget: the run's budget is `value`), for each of
+    `sides`; `what` says it in words, `needs` what a run needs to meet it (default: by kind, KINDS)."""
+
+    what: str
+    kind: str
+    value: Any
+    sides: tuple[str, ...] = SIDES
+    metric: str | None = None  # default: the claim's metric (at the claim's sweep values)
+    sweep: dict[str, Any] = field(default_factory=dict)
+    needs: str = ""
+
+
+CLAIMS_SUITE = "claims"  # `capsbench run suite=claims` (the MLflow tag of its parent run): plans what claims need
 _CLAIM_KEYS = {
     "id": str, "statement": str, "where": str, "suite": str, "dataset": str, "metric": str, "better": dict,
-    "worse": dict, "sweep": dict, "ratio": (int, float), "note": str,
+    "worse": dict, "sweep": dict, "ratio": (int, float), "note": str, "checks": list, "data": list, "run": dict,
 }
 _REQUIRED_CLAIM = ("id", "statement", "where", "suite", "dataset", "metric", "better", "worse")
 _SIDE_KEYS = {"model": str, "published": (int, float), "model_args": dict, "settings": dict, "training": str,
@@ -45,7 +72,9 @@ class Side:
 @dataclass(frozen=True)
 class Claim:
     """`better` beats `worse` on `metric` (direction from the metric's higher_is_better) at the `sweep` values;
-    with `ratio`, by at least that factor (e.g. "about 10x slower")."""
+    with `ratio`, by at least that factor (e.g. "about 10x slower"). `checks`: what the published numbers assume;
+    `data`: data sources it needs beyond its dataset (e.g. affnist); `run`: settings its runs need (e.g.
+    params.detection_fpr), in the records' settings as logged."""
 
     id: str
     statement: str
@@ -59,6 +88,9 @@ class Claim:
     sweep: dict[str, Any] = field(default_factory=dict)
     ratio: float | None = None
     note: str = ""
+    checks: tuple[Check, ...] = ()
+    data: tuple[str, ...] = ()
+    run: dict[str, Any] = field(default_factory=dict)
 
 
 def load_claims(directory: Path | None = None) -> list[Claim]:
@@ -71,6 +103,13 @@ def load_claims(directory: Path | None = None) -> list[Claim]:
             raise CapsbenchError(f"{folder}: claim id {c.id!r} appears twice; give every claim its own id")
         seen.add(c.id)
     return claims
+
+
+def claim_ids(directory: Path | None = None) -> list[str]:
+    """The ids of every claim under <baselines>/claims/, read without validating (nor importing the suites, torch)."""
+    folder = (directory or baselines_dir()) / "claims"
+    return [str(c.get("id")) for p in sorted(folder.glob("*.yaml")) for c in read_sourced_list(p, "claims")[1]
+            if isinstance(c, dict)]
 
 
 def load_claims_file(path: Path) -> list[Claim]:
@@ -91,6 +130,11 @@ def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
         raise CapsbenchError(f"{path}: '{where}.ratio' must be a number above 1 (the claimed factor), got {ratio!r}")
     sides = [_side(path, f"{where}.{name}", entry[name]) for name in ("better", "worse")]
     _check_metric(path, where, entry)
+    checks = parse_checks(path, where, entry.get("checks", []), dict(zip(("better", "worse"), sides)))
+    _check_check_metrics(path, where, entry["suite"], checks)
+    data = entry.get("data", [])
+    if not all(isinstance(d, str) and d in DATA_FILES for d in data):
+        raise CapsbenchError(f"{path}: '{where}.data' must list data sources among {', '.join(DATA_FILES)}, got {data}")
     return Claim(
         id=entry["id"],
         statement=entry["statement"],
@@ -104,6 +148,9 @@ def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
         sweep=dict(entry.get("sweep", {})),
         ratio=None if ratio is None else float(ratio),
         note=entry.get("note", ""),
+        checks=checks,
+        data=tuple(data),
+        run=dict(entry.get("run", {})),
     )
 
 
@@ -145,3 +192,49 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
                 f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "
                 f"expected one of: {', '.join(suite.sweep_columns) or '(none)'}"
             )
+
+
+def _check_check_metrics(path: Path, where: str, suite_name: str, checks: tuple[Check, ...]) -> None:
+    """A check's own metric and sweep columns must be the suite's."""
+    if suite_name not in SUITES:
+        return
+    suite = SUITES.get(suite_name)
+    for i, check in enumerate(checks):
+        if check.metric is not None and check.metric not in {m.name for m in suite.metrics}:
+            raise CapsbenchError(
+                f"{path}: '{where}.checks[{i}].metric' = {check.metric!r} is not a metric of suite {suite_name!r}"
+            )
+        for col in check.sweep:
+            if col not in suite.sweep_columns:
+                raise CapsbenchError(
+                    f"{path}: '{where}.checks[{i}].sweep.{col}' is not a sweep column of suite {suite_name!r}"
+                )
+
+
+def parse_checks(path: Path, where: str, raw: Any, sides: dict[str, Side]) -> tuple[Check, ...]:
+    """The validated `checks` list of one claim; errors name the file and the key."""
+    if not isinstance(raw, list):
+        raise CapsbenchError(f"{path}: '{where}.checks' must be a list of checks, got {type(raw).__name__}")
+    checks = []
+    for i, entry in enumerate(raw):
+        at = f"{where}.checks[{i}]"
+        if not isinstance(entry, dict) or not set(entry) <= _KEYS or "what" not in entry:
+            raise CapsbenchError(
+                f"{path}: '{at}' must be a mapping with 'what', one of {', '.join(KINDS)}, and optionally "
+                f"sides, metric, sweep, needs; got {entry!r}"
+            )
+        kinds = [k for k in KINDS if k in entry]
+        if len(kinds) != 1:
+            raise CapsbenchError(f"{path}: '{at}' needs exactly one of {', '.join(KINDS)}, got {kinds or 'none'}")
+        kind = kinds[0]
+        value, expected = entry[kind], KINDS[kind][0]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise CapsbenchError(f"{path}: '{at}.{kind}' has the wrong type: {value!r}")
+        chosen = tuple(entry.get("sides", SIDES))
+        if not chosen or not set(chosen) <= set(SIDES):
+            raise CapsbenchError(f"{path}: '{at}.sides' must name better and/or worse, got {chosen!r}")
+        if kind == "near_published" and any(sides[s].published is None for s in chosen):
+            raise CapsbenchError(f"{path}: '{at}' compares with published numbers: give each of {chosen} `published`")
+        checks.append(Check(entry["what"], kind, value, chosen, entry.get("metric"), dict(entry.get("sweep", {})),
+                            entry.get("needs", "")))
+    return tuple(checks)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from capsbench.errors import CapsbenchError
 from capsbench.reporting import verdicts
 from capsbench.reporting.baselines import load_baselines, matching
-from capsbench.reporting.claim_files import load_claims
+from capsbench.reporting.claim_files import CLAIMS_SUITE, load_claims
 from capsbench.reporting.collect import (
     Invocation,
     Selection,
@@ -59,6 +59,10 @@ def build_report(cfg: DictConfig) -> Report:
     """Read the selected finished runs, tabulate each suite, write everything under <output_dir>/report/."""
     sel = selection(cfg)
     found = read_invocations(cfg.tracking.uri, cfg.tracking.experiment)
+    claims_runs = [inv for inv in found if inv.suite == CLAIMS_SUITE]
+    if claims_runs:  # their units were planned per claim and judged by that command (<output_dir>/claims/)
+        log.info("%d run(s) of suite=claims left out: each wrote its own claims table and report", len(claims_runs))
+    found = [inv for inv in found if inv.suite != CLAIMS_SUITE]
     chosen = select(found, sel)
     if not chosen:
         have = ", ".join(sorted({f"{i.suite}/{i.budget}/{i.dataset}" for i in found})) or "none"
@@ -85,6 +89,7 @@ def build_report(cfg: DictConfig) -> Report:
     judged = verdicts.judge_all(
         load_claims(Path(cfg.baselines_dir) if cfg.baselines_dir else None),
         {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections},
+        cfg.one_seed_verdicts,
     )
     doc = Document(
         datetime.now(timezone.utc),

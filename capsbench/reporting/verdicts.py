@@ -1,52 +1,39 @@
-"""Verdicts on published claims from records: supported, refuted (significant the other way), not resolved at this
-budget / n, or no records. Paired McNemar on per-image outcomes where both models share the test images, else
-Welch's t-test across seeds (on log values for a ratio claim), else a strict difference for exact counts."""
+"""Verdicts on published claims from records: protocol not met (the measured models miss what the published numbers
+assume, or a smoke run), supported, refuted (significant the other way, in every training seed), not resolved, or
+no records; with the budget, the seeds, and what each verdict needs next."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import Claim, Side
-from capsbench.reporting.frame import UNDERTRAINED, row_models, same_value
+from capsbench.reporting.claim_tests import Evidence, decide
+from capsbench.reporting.frame import UNDERTRAINED, row_models
 from capsbench.reporting.latex import tex
+from capsbench.reporting.protocol_checks import protocol_misses, side_rows
 from capsbench.suites import SUITES
-from capsbench.util.stats import ALPHA, decode_outcomes, paired_p, welch_p
+from capsbench.util.stats import ALPHA, decode_outcomes
 
 SUPPORTED, REFUTED, UNRESOLVED, NO_RECORDS = "supported", "refuted", "not resolved", "no records"
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the records hold for one side of a claim: value per seed, per-image outcomes per seed, images."""
-
-    values: dict[int, float]
-    outcomes: dict[int, np.ndarray]
-    images: int | None
-    interval: tuple[float, float] | None  # one seed: its 95 % Wilson interval
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(list(self.values.values())))
-
-    @property
-    def std(self) -> float | None:
-        return float(np.std(list(self.values.values()), ddof=1)) if len(self.values) > 1 else None
+PROTOCOL_NOT_MET = "protocol not met"
+VERDICTS = (SUPPORTED, REFUTED, UNRESOLVED, PROTOCOL_NOT_MET, NO_RECORDS)
 
 
 @dataclass(frozen=True)
 class Judgement:
     claim: Claim
     verdict: str
-    reason: str  # the test and its p-value, or what is missing and what would resolve it
+    reason: str  # the test and its p-value, the numbers that missed the protocol, or what is missing
     better: Evidence | None = None
     worse: Evidence | None = None
     p: float | None = None
+    budget: str = ""  # of the records judged ("" when there were none)
+    seeds: int = 0  # training seeds measured on both sides
+    needs: str = ""  # what the verdict needs next: more seeds, the paper budget, a data file, a run
 
 
 @dataclass(frozen=True)
@@ -59,56 +46,64 @@ class Run:
     budget: str
 
 
-def judge(claim: Claim, run: Run | None) -> Judgement:
-    """The claim's verdict from `run` (None: the report has no records of the claim's suite)."""
+@dataclass(frozen=True)
+class Absent:
+    """Why a side has no evidence that can be judged: the verdict that follows, and what would give it some."""
+
+    verdict: str
+    reason: str
+    needs: str
+
+
+def run_command(claim: Claim) -> str:
+    """The command that plans and measures everything `claim` needs."""
+    return f"capsbench run suite=claims claims=[{claim.id}]"
+
+
+def judge(claim: Claim, run: Run | None, one_seed: bool = False) -> Judgement:
+    """The claim's verdict from `run` (None: the report has no records of the claim's suite). `one_seed`: allow
+    supported / refuted from a single training seed (stated in the verdict)."""
     if run is None:
-        return Judgement(
-            claim, NO_RECORDS, f"no {claim.suite} records in this report (capsbench run suite={claim.suite})"
-        )
+        return Judgement(claim, NO_RECORDS, f"no {claim.suite} records in this report", needs=run_command(claim))
     sides = []
     for side in (claim.better, claim.worse):
         found = _evidence(claim, side, run)
-        if isinstance(found, str):
-            return Judgement(claim, NO_RECORDS if found.startswith("no ") else UNRESOLVED, found)
+        if isinstance(found, Absent):
+            return Judgement(claim, found.verdict, found.reason, budget=run.budget, needs=found.needs)
         sides.append(found)
     better, worse = sides
-    test, p, lead = _test(claim, run.budget, better, worse)
-    if p is None:
-        return Judgement(claim, UNRESOLVED, test, better, worse)
-    if p < ALPHA and lead != 0:
-        return Judgement(claim, SUPPORTED if lead > 0 else REFUTED, f"{test}, p = {p:.2g}", better, worse, p)
-    more = "more seeds" if run.budget == "paper" else "budget=paper (the full test set) or more seeds"
-    return Judgement(
-        claim,
-        UNRESOLVED,
-        f"{test}, p = {p:.2g} >= {ALPHA} at budget={run.budget}, {_size(better, worse)}; {more} may resolve it",
-        better,
-        worse,
-        p,
-    )
+    seeds = len(set(better.values) & set(worse.values)) or min(len(better.values), len(worse.values))
+    kept = {"better": better, "worse": worse, "budget": run.budget, "seeds": seeds}
+    misses = protocol_misses(claim, run.frame, run.budget)
+    if misses:
+        needs = "; ".join(dict.fromkeys(m.needs for m in misses))
+        return Judgement(claim, PROTOCOL_NOT_MET, "; ".join(m.text for m in misses), needs=needs, **kept)
+    if better.undertrained or worse.undertrained:
+        model = claim.better.model if better.undertrained else claim.worse.model
+        return Judgement(claim, UNRESOLVED, f"{model} is undertrained (below its dataset's validation floor)",
+                         needs="longer training (budget=quick or paper)", **kept)
+    metric = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric)  # checked when loaded
+    decision = decide(claim, metric, run.budget, better, worse, one_seed)
+    verdict = {1: SUPPORTED, -1: REFUTED, 0: UNRESOLVED}[decision.direction]
+    return Judgement(claim, verdict, decision.reason, p=decision.p, needs=decision.needs, **kept)
 
 
-def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | str:
+def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | Absent:
     """The side's records, or why there are none that stand for it."""
-    f, metric = run.frame, side.metric or claim.metric
-    rows = f[(f["model"] == side.model) & (f["dataset"] == claim.dataset) & (f["metric"] == metric)]
-    row_name = side.model + (f" (training={side.training})" if side.training else "")
-    rows = rows[row_models(rows) == row_name]  # standard training unless the side names its protocol
-    for col, value in claim.sweep.items():
-        rows = rows[rows[col].map(lambda v, want=value: same_value(v, want))] if col in rows else rows.iloc[0:0]
+    metric = side.metric or claim.metric
+    rows = side_rows(run.frame, claim, side, metric, claim.sweep)
     if rows.empty:
-        return f"no records of {row_name} ({claim.dataset}, {metric}{_where(claim)})"
+        return _absent(claim, side, run, metric)
     logged = run.model_args.get(side.model, {})
     wrong = {k: logged.get(k) for k, v in side.model_args.items() if logged.get(k) != logged_text(v)}
-    wrong |= {k: run.settings.get(k) for k, v in side.settings.items() if run.settings.get(k) != logged_text(v)}
+    settings = {**claim.run, **side.settings}
+    wrong |= {k: run.settings.get(k) for k, v in settings.items() if run.settings.get(k) != logged_text(v)}
     if wrong:
-        return f"no records of {side.label}: measured with " + ", ".join(f"{k}={v}" for k, v in wrong.items())
-    if UNDERTRAINED in rows and rows[UNDERTRAINED].fillna(False).astype(bool).any():
-        return (
-            f"{side.model} is undertrained (below its dataset's validation floor); train longer (budget=quick or paper)"
-        )
+        return Absent(NO_RECORDS, f"no records of {side.label}: measured with "
+                      + ", ".join(f"{k}={v}" for k, v in wrong.items()), run_command(claim))
     if rows["seed"].duplicated().any():
-        return f"several {side.model} records per seed; name the sweep values that pick one in the claim's sweep"
+        return Absent(UNRESOLVED, f"several {side.model} records per seed; name the sweep values that pick one in the "
+                      "claim's sweep", "a claim file that names every sweep value")
     values = {int(r.seed): float(r.value) for r in rows.itertuples()}
     outcomes = {
         int(r.seed): decode_outcomes(r.outcomes, int(float(r.n)))
@@ -122,57 +117,31 @@ def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | str:
         if len(rows) == 1 and "ci_low" in rows and pd.notna(one["ci_low"])
         else None
     )
-    return Evidence(values, outcomes, images, interval)
+    undertrained = UNDERTRAINED in rows and bool(rows[UNDERTRAINED].fillna(False).astype(bool).any())
+    return Evidence(values, outcomes, images, interval, undertrained)
 
 
-def _test(claim: Claim, budget: str, better: Evidence, worse: Evidence) -> tuple[str, float | None, float]:
-    """(test, p-value or None where none applies, the claimed side's lead: > 0 in the claimed direction)."""
-    metric = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric)  # checked when loaded
-    sign = 1.0 if metric.higher_is_better else -1.0
-    if claim.ratio is not None:  # log advantage against log(ratio)
-        if min(better.values.values()) <= 0 or min(worse.values.values()) <= 0:
-            return "a ratio needs positive values", None, 0.0
-        a = [sign * math.log(v) for v in better.values.values()]
-        b = [sign * math.log(v) + math.log(claim.ratio) for v in worse.values.values()]
-        name = f"advantage of at least {claim.ratio:g}x"
-    else:
-        a = [sign * v for v in better.values.values()]
-        b = [sign * v for v in worse.values.values()]
-        common = sorted(set(better.outcomes) & set(worse.outcomes))
-        if common and all(len(better.outcomes[s]) == len(worse.outcomes[s]) for s in common):
-            oa = np.concatenate([better.outcomes[s] for s in common])
-            ob = np.concatenate([worse.outcomes[s] for s in common])
-            lead = sign * (np.mean([better.values[s] for s in common]) - np.mean([worse.values[s] for s in common]))
-            return f"paired McNemar on {len(oa):,} shared test images", paired_p(oa, ob), float(lead)
-        name = "difference"
-    lead = float(np.mean(a) - np.mean(b))
-    if len(a) >= 2 and len(b) >= 2:
-        return f"Welch's t-test across seeds ({name})", welch_p(a, b), lead
-    if metric.exact:
-        return f"exact count ({name})", 0.0, lead
-    return (
-        (
-            f"not testable at budget={budget}: one seed and no shared per-image outcomes; "
-            "run seeds=[0,1,2] (Welch across seeds)"
-        ),
-        None,
-        lead,
-    )
-
-
-def _size(better: Evidence, worse: Evidence) -> str:
-    images = {e.images for e in (better, worse) if e.images}
-    seeds = min(len(better.values), len(worse.values))
-    return (f"n = {max(images):,} images, " if images else "") + f"{seeds} seed(s)"
+def _absent(claim: Claim, side: Side, run: Run, metric: str) -> Absent:
+    """No rows stand for the side: a standard-trained side whose model was measured only trained otherwise (protocol
+    not met: the claim assumes standard training), or none at all."""
+    f = run.frame
+    others = f[(f["model"] == side.model) & (f["dataset"] == claim.dataset) & (f["metric"] == metric)]
+    names = set(row_models(others))
+    if side.training is None and names and side.model not in names:
+        trained = ", ".join(sorted(names))
+        return Absent(PROTOCOL_NOT_MET, f"{side.model} was measured only as {trained}; the claim assumes standard "
+                      "training", f"a standard-trained {side.model} ({run_command(claim)})")
+    return Absent(NO_RECORDS, f"no records of {side.label} ({claim.dataset}, {metric}{_where(claim)})",
+                  run_command(claim))
 
 
 def _where(claim: Claim) -> str:
     return "".join(f", {k}={v}" for k, v in claim.sweep.items())
 
 
-def judge_all(claims: list[Claim], runs: dict[str, Run]) -> list[Judgement]:
+def judge_all(claims: list[Claim], runs: dict[str, Run], one_seed: bool = False) -> list[Judgement]:
     """Every claim's verdict; `runs` maps a suite name to its records in the report."""
-    return [judge(c, runs.get(c.suite)) for c in claims]
+    return [judge(c, runs.get(c.suite), one_seed) for c in claims]
 
 
 def describe(e: Evidence | None) -> str:
@@ -189,6 +158,13 @@ def describe(e: Evidence | None) -> str:
     )
 
 
+def verdict_cell(j: Judgement) -> str:
+    """The verdict with the budget and seeds it stands on, e.g. "supported (quick, 3 seeds)"."""
+    seeds = "one seed" if j.seeds == 1 else f"{j.seeds} seeds" if j.seeds else ""
+    context = ", ".join(part for part in (j.budget, seeds) if part)
+    return j.verdict + (f" ({context})" if context else "")
+
+
 def as_rows(judgements: list[Judgement]) -> list[dict[str, Any]]:
     """One row per claim, the columns every renderer shows."""
     return [
@@ -200,6 +176,8 @@ def as_rows(judgements: list[Judgement]) -> list[dict[str, Any]]:
             ),
             "measured": f"{describe(j.better)} vs {describe(j.worse)}",
             "verdict": j.verdict,
+            "cell": verdict_cell(j),
+            "needs": j.needs or "–",
             "why": j.reason + (f"; note: {j.claim.note}" if j.claim.note else ""),
             "models": f"{j.claim.better.label} vs {j.claim.worse.label}",
             "metric": j.claim.metric + _where(j.claim),
@@ -209,41 +187,55 @@ def as_rows(judgements: list[Judgement]) -> list[dict[str, Any]]:
 
 
 RULE = (
-    f"Verdict rule: a claim that model A beats model B is supported when A is better in the claimed direction "
-    f"(each metric's higher_is_better) with p < {ALPHA}, refuted when B is better with p < {ALPHA}, and not "
-    "resolved otherwise. The test is paired McNemar on the per-image outcomes when both models were measured on "
-    "the same test images, else Welch's t-test across seeds (at least two each), else, for exact counts such as "
-    'parameters, the difference itself; a claimed factor ("10x slower") is tested on log values against the '
-    "log of the factor. Undertrained models are never judged; a model measured with other arguments or "
-    "settings than the claim names has no records for it. A verdict is about the models as measured: below "
-    "budget=paper they are narrower and trained far less than the papers' models, so a verdict there says "
-    "whether the claim holds for them, not whether the published number is right."
+    "Verdict rule: a claim is judged only where its measured models meet the protocol its published numbers assume "
+    "(the checks each claim declares, e.g. both models at the paper's MNIST accuracy, or within a stated distance of "
+    "the published error, or the paper's budget; a side without a training protocol stands for a standard-trained "
+    "model); otherwise it is 'protocol not met', with the numbers that missed, and a smoke run never meets one. A "
+    "claim that model A beats model B is then supported when A is better in the claimed direction (each metric's "
+    "higher_is_better) in every training seed, a t-test on the per-seed differences gives p < "
+    f"{ALPHA} and, where both were measured on the same test images, McNemar on the pooled per-image outcomes also "
+    f"gives p < {ALPHA}; refuted likewise the other way; not resolved otherwise. With one seed the verdict is at "
+    "most not resolved (one_seed_verdicts=true allows one, marked 'one seed'); seeds measured on one side only "
+    "are compared with Welch's t-test; exact counts such as parameters do not depend on the seed and their "
+    'difference is the verdict; a claimed factor ("10x slower") is tested on log values against the log of the '
+    "factor. Undertrained models are never judged; a model measured with other arguments or settings than the "
+    "claim names has no records for it. The budget and the seeds stand in every verdict."
 )
 
 
 def render_markdown(judgements: list[Judgement]) -> str:
-    """The claims table: claim and source, published and measured numbers, the verdict and why."""
+    """The claims table: claim and models, published and measured numbers, the verdict, what it needs next, why."""
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
-    lines = ["| claim | models; metric | published | measured | verdict | why |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| claim | models; metric | published | measured | verdict | needs next | why |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in as_rows(judgements):
         lines.append(
             "| "
             + " | ".join(cell(row[k]) for k in ("claim", "models", "published", "measured"))
-            + f" | **{row['verdict']}** | {cell(row['why'])} |"
+            + f" | **{row['verdict']}**{cell(row['cell'].removeprefix(row['verdict']))} | {cell(row['needs'])} | "
+            + f"{cell(row['why'])} |"
         )
     sources = dict.fromkeys(j.claim.source for j in judgements)
     return "\n".join([*lines, "", *(f"- {s}" for s in sources)]) + "\n"
 
 
 def render_latex(judgements: list[Judgement]) -> str:
-    """The claims as a list (long text does not fit a tabular): verdict, claim, numbers, source and reason."""
+    """The claims as a list (long text does not fit a tabular): verdict, claim, numbers, source, reason, next step."""
     items = [
-        rf"\item \textbf{{{tex(row['verdict'])}}}: {tex(row['claim'])} ({tex(row['source'])}). "
-        rf"{tex(row['models'])}; {tex(row['metric'])}. Published {tex(row['published'])}; measured "
-        rf"{tex(row['measured'])}. {tex(row['why'])}."
+        rf"\item \textbf{{{tex(row['verdict'])}}}{tex(row['cell'].removeprefix(row['verdict']))}: "
+        rf"{tex(row['claim'])} ({tex(row['source'])}). {tex(row['models'])}; {tex(row['metric'])}. Published "
+        rf"{tex(row['published'])}; measured {tex(row['measured'])}. {tex(row['why'])}. Needs next: "
+        rf"{tex(row['needs'])}."
         for row in as_rows(judgements)
     ]
     return "\n".join([r"{\small\raggedright", r"\begin{itemize}", *items, r"\end{itemize}", "}"])
+
+
+def verdict_counts(judgements: list[Judgement]) -> dict[str, int]:
+    """How many claims got each verdict, in VERDICTS order."""
+    return {v: sum(j.verdict == v for j in judgements) for v in VERDICTS}

@@ -57,19 +57,7 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
     """Measure every unit of the suites (sharing one output directory and launcher) and write their outputs."""
     first = cfgs[0]
     plans = {cfg.suite: plan(cfg) for cfg in cfgs}
-    store, tracker = UnitStore(first.output_dir), make_tracker(first)
-    done: dict[str, UnitResult] = {}
-    for cfg in cfgs:
-        for unit in plans[cfg.suite]:
-            if not cfg.remeasure and (kept := store.load(unit)) is not None:
-                done[unit.key] = kept
-    todo = [u for units in plans.values() for u in units if u.key not in done]
-    log.info(
-        "%d unit(s): %d finished by an earlier run of this command, %d to run",
-        len(done) + len(todo),
-        len(done),
-        len(todo),
-    )
+    tracker = make_tracker(first)
     tags = {cfg.suite: {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget} for cfg in cfgs}
     parents = {
         cfg.suite: tracker.start_parent(
@@ -79,10 +67,8 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
     }
     columns = {cfg.suite: SUITES.get(cfg.suite).sweep_columns for cfg in cfgs}
     try:
-        for result in done.values():
-            suite = result.spec.suite
-            tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=True)
-        _launch(first, todo, store, tracker, done, parents, tags, columns)
+        units = [u for units in plans.values() for u in units]
+        done = measure_units(first, units, tracker, parents, tags, columns)
         return [_finish(cfg, plans[cfg.suite], done, tracker, parents[cfg.suite]) for cfg in cfgs]
     except KeyboardInterrupt:
         tracker.end_open("KILLED")
@@ -90,6 +76,35 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
     except Exception as exc:
         tracker.end_open("FAILED", error=f"{type(exc).__name__}: {exc}")
         raise
+
+
+def measure_units(
+    cfg: DictConfig,
+    units: list[UnitSpec],
+    tracker: Tracker,
+    parents: dict[str, str | None],
+    tags: dict[str, dict[str, str]],
+    columns: dict[str, tuple],
+) -> dict[str, UnitResult]:
+    """Every unit's result by key: kept from an earlier run of the same command (unless cfg.remeasure), or launched
+    now through cfg's launcher; each is logged under its suite's parent run as it arrives."""
+    store = UnitStore(cfg.output_dir)
+    done: dict[str, UnitResult] = {}
+    for unit in units:
+        if not cfg.remeasure and unit.key not in done and (kept := store.load(unit)) is not None:
+            done[unit.key] = kept
+    todo = list({u.key: u for u in units if u.key not in done}.values())
+    log.info(
+        "%d unit(s): %d finished by an earlier run of this command, %d to run",
+        len(done) + len(todo),
+        len(done),
+        len(todo),
+    )
+    for result in done.values():
+        suite = result.spec.suite
+        tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=True)
+    _launch(cfg, todo, store, tracker, done, parents, tags, columns)
+    return done
 
 
 def _launch(

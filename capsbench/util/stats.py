@@ -1,5 +1,6 @@
-"""Uncertainty of measured accuracies: Wilson intervals, paired McNemar tests, Welch's t-test across seeds, and a
-compact encoding of per-image outcomes so that paired tests can be run from tidy records."""
+"""Uncertainty of measured accuracies: Wilson intervals, paired McNemar tests, Welch's t-test across seeds, the t-test
+on per-seed differences, and a compact encoding of per-image outcomes so that paired tests can be run from tidy
+records."""
 
 from __future__ import annotations
 
@@ -63,6 +64,18 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     if x.std() == 0 and y.std() == 0:
         return 1.0 if x.mean() == y.mean() else 0.0
     return float(sps.ttest_ind(x, y, equal_var=False).pvalue)
+
+
+def seed_differences_p(differences: Sequence[float]) -> float:
+    """Two-sided one-sample t-test p-value that the mean of per-seed differences (model A - model B, one per training
+    seed) is 0: the test on paired differences, whose spread is the variance between training seeds. Needs >= 2;
+    1.0 when every difference is 0, 0.0 when they are all equal and nonzero."""
+    d = np.asarray(differences, dtype=float)
+    if len(d) < 2:
+        raise ValueError("a test on per-seed differences needs at least two seeds")
+    if d.std() == 0:
+        return 1.0 if d.mean() == 0 else 0.0
+    return float(sps.ttest_1samp(d, 0.0).pvalue)
 
 
 def encode_outcomes(correct: np.ndarray) -> str:

@@ -1,0 +1,71 @@
+"""Whether measured records meet what a claim's published numbers assume (its `checks`, declared in
+baselines/claims/*.yaml): a claim whose measured models miss one is judged "protocol not met", with the numbers that
+missed it. A smoke run meets no claim's protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from capsbench.reporting.claim_files import KINDS, Check, Claim, Side
+from capsbench.reporting.frame import row_models, same_value
+
+SMOKE_NEEDS = "budget=quick or budget=paper"
+
+@dataclass(frozen=True)
+class Miss:
+    """A check the measured records fail: what was measured against what the claim assumes, and what would meet it."""
+
+    text: str
+    needs: str
+
+
+def side_rows(frame: pd.DataFrame, claim: Claim, side: Side, metric: str, sweep: dict[str, Any]) -> pd.DataFrame:
+    """The records standing for one side of a claim: its model, trained as the side says (standard unless it names
+    `training`), on the claim's dataset, for `metric` at the `sweep` values."""
+    rows = frame[(frame["model"] == side.model) & (frame["dataset"] == claim.dataset) & (frame["metric"] == metric)]
+    rows = rows[row_models(rows) == side.model + (f" (training={side.training})" if side.training else "")]
+    for col, value in sweep.items():
+        rows = rows[rows[col].map(lambda v, want=value: same_value(v, want))] if col in rows else rows.iloc[0:0]
+    return rows
+
+
+def protocol_misses(claim: Claim, frame: pd.DataFrame, budget: str) -> list[Miss]:
+    """Every declared check the records miss (with the numbers), after the rule that a smoke run judges nothing."""
+    if budget == "smoke":
+        return [Miss("budget=smoke trains tiny models on a few thousand images: it checks the pipeline, never a claim",
+                     SMOKE_NEEDS)]
+    misses = []
+    for check in claim.checks:
+        needs = check.needs or KINDS[check.kind][1]
+        if check.kind == "budget":
+            if budget != check.value:
+                misses.append(Miss(f"measured at budget={budget}; {check.what}", needs))
+            continue
+        for name in check.sides:
+            miss = _side_miss(frame, claim, getattr(claim, name), check)
+            if miss:
+                misses.append(Miss(miss, needs))
+    return misses
+
+
+def _side_miss(frame: pd.DataFrame, claim: Claim, side: Side, check: Check) -> str | None:
+    """Why one side misses a value check (mean over its seeds), or None when it meets it."""
+    own = check.kind == "near_published" or check.metric is None
+    metric = (side.metric or claim.metric) if own else check.metric
+    rows = side_rows(frame, claim, side, metric, claim.sweep if own else check.sweep)
+    label = f"{side.label} {metric}{''.join(f', {k}={v}' for k, v in (claim.sweep if own else check.sweep).items())}"
+    if rows.empty:
+        return f"{label} not measured ({check.what})"
+    mean = float(rows["value"].mean())
+    seeds = f" (mean of {rows['seed'].nunique()} seeds)" if rows["seed"].nunique() > 1 else ""
+    if check.kind == "at_least" and mean < check.value:
+        return f"{label} {mean:.4g}{seeds} < {check.value:g}: {check.what}"
+    if check.kind == "at_most" and mean > check.value:
+        return f"{label} {mean:.4g}{seeds} > {check.value:g}: {check.what}"
+    if check.kind == "near_published" and abs(mean - side.published) > check.value:
+        return (f"{label} {mean:.4g}{seeds} is {abs(mean - side.published):.3g} from the published "
+                f"{side.published:g} (at most {check.value:g}): {check.what}")
+    return None

@@ -1,0 +1,139 @@
+"""`capsbench run suite=claims`: the plan (a unit for every claim whose data exist, the same unit keys as ordinary
+runs, absent data listed with its files), a run in which a claim lacking data is listed while the others run, and the
+bad input that stops it before anything loads."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import make_splits
+from typer.testing import CliRunner
+
+from capsbench.cli import app
+from capsbench.config.compose import compose
+from capsbench.data.files import DATA_FILES
+from capsbench.reporting.baselines import baselines_dir
+from capsbench.reporting.claim_files import load_claims
+from capsbench.run import execute
+from capsbench.run.claims_plan import plan_claims
+from capsbench.run.claims_run import run_claims
+from capsbench.run.plan import plan
+
+FASHION_CLAIM = """# A test fixture on real Fashion-MNIST, not a published claim: it exercises the plumbing only.
+source: {id: fixture, citation: "capsbench test fixture (not a published claim)"}
+claims:
+  - id: fixture-fashion-fgsm
+    statement: "CapsNet keeps more Fashion-MNIST test images under FGSM than cnn_sabour (test fixture)"
+    where: none
+    suite: robustness
+    dataset: fashion_mnist
+    metric: robust_accuracy
+    sweep: {attack: fgsm, eps: 0.05}
+    better: {model: capsnet}
+    worse: {model: cnn_sabour}
+"""
+
+
+def with_fashion_claim(tmp_path: Path) -> Path:
+    """The shipped baselines plus the Fashion-MNIST fixture claim."""
+    folder = tmp_path / "baselines"
+    shutil.copytree(baselines_dir(), folder)
+    (folder / "claims" / "fixture.yaml").write_text(FASHION_CLAIM)
+    return folder
+
+
+def fake_root(tmp_path: Path, *datasets: str) -> Path:
+    """A data root holding (empty) files of the named datasets: enough for the plan, which only looks for them."""
+    root = tmp_path / "data"
+    for name in datasets:
+        for f in DATA_FILES[name].files:
+            (root / DATA_FILES[name].folder / f).parent.mkdir(parents=True, exist_ok=True)
+            (root / DATA_FILES[name].folder / f).write_bytes(b"")
+    return root
+
+
+def test_the_plan_has_units_for_every_claim_whose_data_exist(tmp_path: Path):
+    root = fake_root(tmp_path, "mnist", "fashion_mnist")
+    folder = with_fashion_claim(tmp_path)
+    p = plan_claims(["budget=smoke", f"data.root={root}", "data.download=false", f"output_dir={tmp_path / 'out'}",
+                     "device=cpu", f"baselines_dir={folder}"])
+    claims = load_claims(folder)
+    present = {c.id for c in claims if c.dataset in ("mnist", "fashion_mnist") and "affnist" not in c.data}
+    assert set(p.units) == present and set(p.lacking) == {c.id for c in claims} - present
+    for claim in claims:
+        if claim.id in present:  # every side's model measured in every default seed, in the claim's suite and dataset
+            units = p.units[claim.id]
+            assert {u.suite for u in units} == {claim.suite} and {u.dataset for u in units} == {claim.dataset}
+            for side in (claim.better, claim.worse):
+                assert sorted(u.seed for u in units if u.model == side.model) == [0, 1, 2]
+    assert "fixture-fashion-fgsm" in p.units
+    smallnorb = " ".join(p.lacking["hinton2018-smallnorb"])
+    assert "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat" in smallnorb and "cs.nyu.edu" in smallnorb
+    assert "affNIST/test.mat" in " ".join(p.lacking["sabour2017-affnist"])
+    r1 = {u.config["model_args"]["capsnet"].get("routing_iterations") for u in p.units["sabour2017-mnist-r1"]
+          if u.model == "capsnet"}
+    adversarial = {u.config["train"]["adversarial"] for u in p.units["overview-pgd-adversarial"]
+                   if u.model == "cnn_sabour"}
+    assert r1 == {1} and adversarial == {"pgd"}
+    detection = {u.config["params"]["detection_fpr"] for u in p.units["overview-reconstruction-detection"]}
+    assert detection == {0.05}
+
+
+def test_units_share_keys_with_ordinary_runs(tmp_path: Path):
+    """A claim's side naming a default argument (routing_iterations: 3) keeps the ordinary unit's key, so nothing an
+    ordinary `capsbench run suite=accuracy` measured is measured again."""
+    common = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path}", "device=cpu"]
+    p = plan_claims([*common, "claims=[sabour2017-mnist-r3]"])
+    ordinary = plan(compose([*common, "suite=accuracy", "models=[capsnet,cnn_sabour]", "seeds=[0,1,2]"]))
+    assert {u.key for u in p.units["sabour2017-mnist-r3"]} == {u.key for u in ordinary}
+
+
+def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, monkeypatch):
+    """smallNORB is absent: its claim is listed with the files and where to get them, with no unit; the MNIST claim's
+    units run (on synthetic images here) and it is judged, at smoke "protocol not met", never a verdict."""
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    out = tmp_path / "out"
+    p = plan_claims(["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={out}",
+                     "device=cpu", "seeds=[0,1]", "train.epochs=1", f"tracking.uri=sqlite:///{out / 'mlflow.db'}",
+                     "claims=[sabour2017-mnist-r3,hinton2018-smallnorb]"])
+    assert list(p.lacking) == ["hinton2018-smallnorb"] and "hinton2018-smallnorb" not in p.units
+    result = run_claims(p)
+    by_id = {j.claim.id: j for j in result.judged}
+    mnist, norb = by_id["sabour2017-mnist-r3"], by_id["hinton2018-smallnorb"]
+    assert mnist.verdict == "protocol not met" and mnist.seeds == 2 and "budget=smoke" in mnist.reason
+    assert norb.verdict == "no records" and "smallnorb-5x01235x9x18x6x2x96x96-testing-cat.mat" in norb.reason
+    assert norb.needs == "the data files: smallnorb"
+    table = (out / "claims" / "claims.md").read_text()
+    assert "**protocol not met** (smoke, 2 seeds)" in table and "Verdicts: 0 supported, 0 refuted" in table
+    assert "## Claims whose data files are absent (not planned)" in table and "cs.nyu.edu" in table
+    report = (out / "claims" / "report.md").read_text()
+    assert "## accuracy-mnist-1" in report and "| capsnet" in report and "## Claims" in report
+    assert {"claims.md", "claims.tex", "claims.csv", "report.md", "report.tex", "records.jsonl"} <= set(result.paths)
+    again = run_claims(plan_claims(p.overrides))  # the same command: every unit is kept, nothing runs again
+    assert [j.verdict for j in again.judged] == [j.verdict for j in result.judged]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["claims=[sabour2017-mnist-r9]"], "unknown claim 'sabour2017-mnist-r9'"),
+        (["models=[capsnet]"], "suite=claims takes the models and datasets each claim names; drop models="),
+        (["params.pgd_stepz=3"], "params.pgd_stepz is a setting of no suite"),
+    ],
+)
+def test_bad_input_stops_the_claims_run(tmp_path: Path, args, message):
+    result = CliRunner().invoke(app, ["run", "suite=claims", "budget=smoke", f"output_dir={tmp_path}", *args])
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "claims").exists()
+
+
+def test_claims_runs_alone(tmp_path: Path):
+    result = CliRunner().invoke(app, ["run", "suite=[claims,accuracy]", f"output_dir={tmp_path}"])
+    assert result.exit_code == 2 and "suite=claims runs alone" in result.output
+
+
+def test_a_bad_claim_id_fails_before_torch_loads(cli_probe, tmp_path: Path):
+    probe = cli_probe(["run", "suite=claims", "claims=[nope]"], cwd=tmp_path)
+    assert probe.code == 2 and "unknown claim 'nope'" in probe.stderr and "torch" not in probe.heavy
