@@ -31,6 +31,7 @@ import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads 
 from capsbench.attacks import ATTACKS, WORST_CASE
 from capsbench.config.compose import compose
 from capsbench.data import as_images
+from capsbench.models import create_model
 from capsbench.run.execute import load_data, trained
 from capsbench.run.plan import plan
 from capsbench.suites import SUITES, Context
@@ -129,6 +130,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="reference steps per target")
     parser.add_argument("--set", nargs="*", default=[], help="key=value settings for the robustness suite")
     parser.add_argument("--cache-dir", default=None, help="checkpoint cache (default: capsbench's)")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="a capsbench checkpoint (.ckpt) of the model to attack, instead of the cache's")
     parser.add_argument("--curve", action="store_true", help="the worst case after each PGD pass and its cost")
     parser.add_argument("--records", type=Path, default=None,
                         help="a JSON file keeping the suite's records: read when it exists, written otherwise")
@@ -137,7 +140,13 @@ def main() -> None:
                  *([f"cache_dir={args.cache_dir}"] if args.cache_dir else []), *args.set]
     cfg = compose(overrides)
     [unit] = plan(cfg)
-    model = trained(unit).model.eval()
+    if args.checkpoint is not None:  # weights trained by capsbench under an older code hash: the same model
+        blob = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+        model = create_model(args.model, **blob["meta"]["identity"]["model_args"])
+        model.load_state_dict(blob["state_dict"])
+        model.eval()
+    else:
+        model = trained(unit).model.eval()
     ucfg = unit.run_config()
     splits = load_data(ucfg.dataset, ucfg.data)
     suite = SUITES.get("robustness")()
