@@ -23,15 +23,15 @@ from capsbench.util.version import __version__
 CODE_A, CODE_B = "a" * 64, "b" * 64
 
 
-def invocation(out: Path, seeds: list[int], *, code: str = CODE_A, commit: str = "1" * 40, dirty: bool = False,
-               failing: str | None = None) -> str:
+def invocation(out: Path, seeds: list[int], *, code: str | None = CODE_A, commit: str = "1" * 40,
+               dirty: bool = False, failing: str | None = None) -> str:
     """One logged `capsbench run suite=accuracy` of the fixed records of `seeds`; `failing`: a model whose unit
     failed (no records, no model arguments), which makes the parent FAILED. Returns the parent's run id."""
     uri = sqlite_uri(out / "mlflow.db")
     cfg = compose(["suite=accuracy", "budget=smoke", "device=cpu", "threads=1", f"output_dir={out}"])
     tracker = Tracker(uri=uri, experiment="capsbench", artifact_root=out / "mlartifacts")
-    tags = {"suite": "accuracy", "budget": "smoke", "version.capsbench": __version__, "code.hash": code,
-            "git.commit": commit, "git.dirty": str(dirty).lower()}
+    tags = {"suite": "accuracy", "budget": "smoke", "version.capsbench": __version__, "git.commit": commit,
+            "git.dirty": str(dirty).lower(), **({"code.hash": code} if code else {})}
     parent = tracker.start_parent("accuracy-smoke", flatten(to_dict(cfg)), tags, "")
     records = [r for r in accuracy() if r["seed"] in seeds and r["model"] != failing]
     for model in ("capsnet", "cnn_sabour", "cnn_9x9"):
@@ -68,6 +68,14 @@ def test_runs_of_two_code_versions_are_refused_naming_their_commits(tmp_path):
     picked = report(tmp_path, "code=bbbbbbbbbbbb")
     assert picked.exit_code == 0, picked.output
     assert "- 1 seed(s)" in (tmp_path / "report" / "accuracy" / "table.md").read_text()
+
+
+def test_a_run_logged_before_code_hashes_is_told_apart_by_its_commit(tmp_path):
+    invocation(tmp_path, [0], code=None, commit="d1" * 20, dirty=True)
+    invocation(tmp_path, [1], code=CODE_A, commit="d1" * 20)
+    (line,) = report(tmp_path).output.strip().splitlines()
+    assert "2 versions of the code: untagged (commit d1d1d1d1d1d1+dirty, latest run " in line
+    assert "aaaaaaaaaaaa (commit d1d1d1d1d1d1, latest run " in line and "choose one with code=aaaaaaaaaaaa" in line
 
 
 @pytest.mark.parametrize("damage", ["truncated", "missing"])

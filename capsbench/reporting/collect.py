@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
-from capsbench.tracking import Invocation, UnreadableRecords, read_records
+from capsbench.tracking import UNTAGGED, Invocation, UnreadableRecords, read_records
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +103,13 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             )
     codes = {inv.code: inv for inv in invocations}  # each code version with its latest run
     if len(codes) > 1:
-        named = "; ".join(f"{code[:12]} (commit {_short(inv.commit)}, latest run {inv.start:%Y-%m-%d %H:%M})"
+        named = "; ".join(f"{_code_label(code)} (commit {_short(inv.commit)}, latest run {inv.start:%Y-%m-%d %H:%M})"
                           for code, inv in codes.items())
+        latest = invocations[-1].code
+        pick = "" if latest.startswith(UNTAGGED) else f"choose one with code={latest[:12]} (or "
         raise CapsbenchError(
             f"suite {invocations[0].suite!r} has runs measured by {len(codes)} versions of the code: {named}; their "
-            f"numbers are never mixed in one table: choose one with code={invocations[-1].code[:12]} (or narrow "
-            "the dates with since=/until=)"
+            f"numbers are never mixed in one table: {pick}narrow the dates with since=/until={')' if pick else ''}"
         )
     first = invocations[0]
     for inv in invocations[1:]:
@@ -124,6 +125,11 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             same = next(i for i in invocations if model in i.model_args and training(i, model) == training(inv, model))
             a, b = _training_params(same, model), _training_params(inv, model)
             _refuse(same, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+
+
+def _code_label(code: str) -> str:
+    """A code hash as 12 hex digits; "untagged" for runs logged before runs carried one (told apart by commit)."""
+    return "untagged" if code.startswith(UNTAGGED) else code[:12]
 
 
 def _short(commit: str) -> str:

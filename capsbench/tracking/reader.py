@@ -21,6 +21,7 @@ from capsbench.tracking.store import check_store
 from capsbench.util.stats import decode_outcomes
 
 REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
+UNTAGGED = "commit "  # the code of a run logged without a code.hash tag: its git commit stands in
 
 
 class UnreadableRecords(Exception):
@@ -38,7 +39,7 @@ class Invocation:
     version: str  # capsbench version that produced it
     params: dict[str, str]  # the parent run's flattened config
     model_args: dict[str, dict[str, str]] = field(default_factory=dict)  # model -> constructor args (nested runs)
-    code: str = "unknown"  # hash of the package's code (tag code.hash), or its git commit for runs without one
+    code: str = "unknown"  # hash of the package's code (tag code.hash), or UNTAGGED + its git commit without one
     commit: str = "unknown"  # git commit, "+dirty" when the tree had uncommitted changes
     records_sha256: str | None = None  # of its records.csv artifact, when the run recorded it
 
@@ -96,7 +97,7 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
                 version=tags.get("version.capsbench", "unknown"),
                 params=dict(run.data.params),
                 model_args=model_args,
-                code=tags.get("code.hash", f"commit {commit}"),
+                code=tags.get("code.hash", f"{UNTAGGED}{commit}"),
                 commit=commit,
                 records_sha256=tags.get("records.sha256"),
             )

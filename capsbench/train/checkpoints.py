@@ -148,4 +148,4 @@ def _quarantine(path: Path, reason: str, then: str) -> None:
     """Move an unreadable checkpoint to <name>.corrupt-<UTC time> (kept for inspection) and say so once."""
     aside = path.with_name(f"{path.name}.corrupt-{utc_stamp()}")
     path.replace(aside)
-    log.warning("checkpoint %s cannot be read (%s); moved it to %s, %s", path, reason, aside, then)
+    log.warning("checkpoint %s cannot be used (%s); moved it to %s, %s", path, reason, aside, then)
