@@ -1,7 +1,8 @@
 """The `capsbench` command line (Typer): parsing and printing only; the work happens in the library.
 
 `--help`, `--version`, `list` and `show-config` never import torch: heavy modules load inside the commands that
-need them, after the input is validated."""
+need them, after the input and the machine are checked. Exit statuses (capsbench.errors): 0 every unit finished,
+2 bad input (nothing written), 3 a unit failed or a fault stopped the run, 130 / 143 SIGINT / SIGTERM."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from capsbench.errors import CapsbenchError
+from capsbench.errors import EXIT_RUN_FAILED, CapsbenchError
 from capsbench.util.registry import close_matches
+from capsbench.util.signals import Terminated, exit_status, sigterm_as_interrupt
+from capsbench.util.uris import ui_command
 from capsbench.util.version import __version__
 
 app = typer.Typer(
@@ -43,6 +46,12 @@ Quiet = Annotated[
 def _fail(message: str, code: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _interrupted(exc: KeyboardInterrupt, then: str) -> None:
+    """One line for Ctrl-C or SIGTERM, and exit 130 or 143."""
+    what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    _fail(f"{what}: {then}", exit_status(exc))
 
 
 def _check_format(fmt: str) -> None:
@@ -89,29 +98,41 @@ def _setup_logging(quiet: bool = False) -> None:
     "(remeasure=true measures everything again)."
 )
 def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
-    """`capsbench run`: compose, plan, launch and tabulate the named suites (suite=claims: what the claims need)."""
-    from capsbench.config.compose import compose_suites, parse_overrides  # lazy: torch-free, --help needs neither
+    """`capsbench run`: compose, check, plan, launch and tabulate the named suites (suite=claims: what the claims
+    need)."""
+    from capsbench.config.compose import compose_suites, parse_overrides, settle_device  # lazy: torch-free
+    from capsbench.config.preflight import check_before_work  # lazy, as above
 
-    try:
-        if _names_claims(parse_overrides(list(overrides or [])).get("suite", "")):
-            return _run_claims(list(overrides or []), quiet)
-        cfgs = compose_suites(list(overrides or []))
-        from capsbench.run.driver import run_suites  # heavy: only once the input is known to be good
+    with sigterm_as_interrupt():
+        try:
+            if _names_claims(parse_overrides(list(overrides or [])).get("suite", "")):
+                return _run_claims(list(overrides or []), quiet)
+            cfgs = compose_suites(list(overrides or []), resolve_device=False)
+            for cfg in cfgs:
+                check_before_work(cfg)
+                settle_device(cfg)  # imports torch: after every check that does not need it
+            from capsbench.run.driver import run_suites  # heavy: only once the input is known to be good
 
-        _setup_logging(quiet)
-        results = run_suites(cfgs)
-    except CapsbenchError as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt:
-        _fail(
-            "interrupted: every finished unit and checkpoint is kept, and training resumes from its last epoch; "
-            "run the same command again to measure only what is missing",
-            130,
-        )
+            _setup_logging(quiet)
+            results = run_suites(cfgs)
+        except CapsbenchError as exc:
+            _fail(str(exc), exc.exit_status)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc, "every finished unit and checkpoint is kept, every open MLflow run is marked KILLED, "
+                              "and training resumes from its last epoch; run the same command again to measure only "
+                              "what is missing")
     for cfg, result in zip(cfgs, results):
-        if not quiet:
+        if not quiet and result.markdown:
             typer.echo(result.markdown)
         typer.echo(_where(cfg, result))
+    failed = [unit for result in results for unit in result.missing]
+    if failed:
+        from capsbench.run.driver import failure_line  # loaded already by run_suites
+
+        typer.echo(f"error: {len(failed)} unit(s) failed (each suite's MLflow run is marked FAILED):", err=True)
+        for unit in failed:
+            typer.echo(f"  {failure_line(unit)}", err=True)
+        raise typer.Exit(EXIT_RUN_FAILED)
 
 
 def _names_claims(suite: str) -> bool:
@@ -135,38 +156,42 @@ def _run_claims(overrides: list[str], quiet: bool) -> None:
         result = run_claims(plan)
     except CapsbenchError as exc:
         _fail(str(exc))
-    except KeyboardInterrupt:
-        _fail("interrupted: every finished unit and checkpoint is kept; run the same command again", 130)
+    except KeyboardInterrupt as exc:
+        _interrupted(exc, "every finished unit and checkpoint is kept; run the same command again")
     if not quiet:
         typer.echo(result.markdown)
     root = result.paths["claims.md"].parent
     typer.echo(f"claims: {root}/claims.{{md,tex,csv}}; report {root}/report.{{md,tex}}; records {root}/records.jsonl")
-    if result.missing:
-        typer.echo(f"  {len(result.missing)} unit(s) failed, missing from the verdicts; run the same command again")
     if result.parent_run_id:
         typer.echo(f"  MLflow run {result.parent_run_id} in {plan.cfg.tracking.uri}")
+    if result.missing:
+        from capsbench.run.driver import failure_line  # loaded already by run_claims
+
+        typer.echo(f"error: {len(result.missing)} unit(s) failed, missing from the verdicts:", err=True)
+        for unit in result.missing:
+            typer.echo(f"  {failure_line(unit)}", err=True)
+        raise typer.Exit(EXIT_RUN_FAILED)
 
 
 def _where(cfg: Any, result: Any) -> str:
     """Where a suite's outputs are: tables, records, figures, and its MLflow run with the command to browse it."""
-    out = result.paths["table.md"].parent
-    figures = sorted(p.name for p in result.paths.values() if p.suffix in (".png", ".pdf"))
-    lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}"]
-    if figures or (out / "figures").is_dir():
-        lines.append(
-            f"  figures: {out}/"
-            + (", ".join(figures) if figures else "")
-            + (" and figures/" if (out / "figures").is_dir() else "")
-        )
+    if "table.md" in result.paths:
+        out = result.paths["table.md"].parent
+        figures = sorted(p.name for p in result.paths.values() if p.suffix in (".png", ".pdf"))
+        lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}"]
+        if figures or (out / "figures").is_dir():
+            lines.append(
+                f"  figures: {out}/"
+                + (", ".join(figures) if figures else "")
+                + (" and figures/" if (out / "figures").is_dir() else "")
+            )
+    else:
+        lines = [f"{result.suite}: no tables, no unit finished"]
     if result.missing:
-        lines.append(
-            f"  {len(result.missing)} unit(s) failed and are missing from the tables; run the same command again"
-        )
+        lines.append(f"  {len(result.missing)} unit(s) failed and are missing from the tables (listed below)")
     if result.parent_run_id:
-        lines.append(
-            f"  MLflow run {result.parent_run_id} in {cfg.tracking.uri}; browse: "
-            f"uv run mlflow ui --backend-store-uri {cfg.tracking.uri}"
-        )
+        uri = cfg.tracking.uri
+        lines.append(f"  MLflow run {result.parent_run_id} in {uri}; browse: {ui_command(uri)}")
     return "\n".join(lines)
 
 
@@ -176,24 +201,29 @@ def _where(cfg: Any, result: Any) -> str:
 )
 def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
     """`capsbench train`: the checkpoint of one model and seed, from the cache or trained now."""
-    from capsbench.config.compose import compose, parse_overrides  # lazy: torch-free, but --help does not need it
+    from capsbench.config.compose import compose, parse_overrides, settle_device  # lazy: torch-free, as in run
+    from capsbench.config.preflight import check_before_work  # lazy, as above
 
-    try:
-        items = list(overrides or [])
-        raw = parse_overrides(items)
-        if "model" not in raw:
-            raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
-        rest = [i for i in items if not i.startswith(("model=", "seed="))]
-        cfg = compose([*rest, f"models=[{raw['model']}]", f"seeds=[{raw.get('seed', '0')}]"], require_suite=False)
-        from capsbench.run.execute import trained as train_unit  # heavy: only once the input is known to be good
-        from capsbench.run.plan import training_unit  # with the line above: imports torch
+    with sigterm_as_interrupt():
+        try:
+            items = list(overrides or [])
+            raw = parse_overrides(items)
+            if "model" not in raw:
+                raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
+            rest = [i for i in items if not i.startswith(("model=", "seed="))]
+            cfg = compose([*rest, f"models=[{raw['model']}]", f"seeds=[{raw.get('seed', '0')}]"], require_suite=False,
+                          resolve_device=False)
+            check_before_work(cfg)
+            settle_device(cfg)  # imports torch: after every check that does not need it
+            from capsbench.run.execute import trained as train_unit  # heavy: only once the input is known to be good
+            from capsbench.run.plan import training_unit  # with the line above: imports torch
 
-        _setup_logging(quiet)
-        trained = train_unit(training_unit(cfg, raw["model"], cfg.seeds[0]))
-    except CapsbenchError as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt:
-        _fail("interrupted: training resumes from its last finished epoch when you run the same command again", 130)
+            _setup_logging(quiet)
+            trained = train_unit(training_unit(cfg, raw["model"], cfg.seeds[0]))
+        except CapsbenchError as exc:
+            _fail(str(exc), exc.exit_status)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc, "training resumes from its last finished epoch when you run the same command again")
     source = "cache" if trained.cached else "trained"
     typer.echo(
         f"{raw['model']} ({source}): best epoch {trained.meta['best_epoch']}, "
@@ -206,16 +236,18 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
     "measured ones, figures, and one report.md and standalone report.tex, under <output_dir>/report/.\n\n"
     "Examples:\n\n  capsbench report\n\n  capsbench report suite=accuracy budget=quick\n\n"
     "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
-    "Keys: suite, models, dataset, budget, version, since, until, output_dir, tracking.uri, baselines_dir, "
+    "Keys: suite, models, dataset, budget, version, code, since, until, output_dir, tracking.uri, baselines_dir, "
     "one_seed_verdicts. "
-    "Runs of different budgets or capsbench versions are never mixed."
+    "Runs of different budgets, capsbench versions or code are never mixed."
 )
 def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
     """`capsbench report`: tables, figures and claims across the tracked runs."""
     from capsbench.config.compose import compose_report  # lazy: torch-free, but --help does not need it
+    from capsbench.config.preflight import check_tracking  # lazy, as above
 
     try:
         cfg = compose_report(list(overrides or []))
+        check_tracking(cfg.tracking.uri, reading=True)
         from capsbench.reporting.report import build_report  # heavy: only once the input is known to be good
 
         _setup_logging(quiet)

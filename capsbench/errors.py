@@ -1,5 +1,77 @@
-"""User-facing errors: what was wrong, what was expected, how to fix it."""
+"""User-facing errors: what was wrong, what was expected, how to fix it, and the exit status each ends with.
+
+Exit statuses of `capsbench` (README, "Exit statuses"): 0 every planned unit finished; 2 bad input or environment,
+refused before anything was written; 3 the run started and a unit failed (or a fault stopped it); 130 / 143 SIGINT /
+SIGTERM, every open MLflow run ended KILLED.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 3
 
 
 class CapsbenchError(Exception):
-    """An error caused by user input or environment; the CLI prints it on one line and exits 2."""
+    """An error caused by user input or environment, found before any work: one line, exit 2, nothing written."""
+
+    exit_status = EXIT_BAD_INPUT
+
+
+class RunFailed(CapsbenchError):
+    """A run that started and did not finish every unit (a unit failed, or a fault stopped it): exit 3."""
+
+    exit_status = EXIT_RUN_FAILED
+
+
+class NoSpace(CapsbenchError):
+    """A write that found its filesystem full (ENOSPC, or SQLite's "database or disk is full")."""
+
+    def __init__(self, path: str | Path, needed: int | None = None) -> None:
+        self.path = Path(path)
+        super().__init__(no_space_message(self.path, needed))
+
+
+def _size(n: int) -> str:
+    """Bytes in the largest unit that keeps a number >= 1: 512 B, 3.4 kB, 12.0 MB, 1.5 GB."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def no_space_message(path: Path, needed: int | None) -> str:
+    """'no space left on device writing PATH (needs at least N MB, M MB free there); ...' for a full filesystem."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = f"{_size(shutil.disk_usage(probe).free)} free there"
+    except OSError:
+        free = "free space unknown"
+    need = f"needs at least {_size(needed)}, " if needed else ""
+    return (
+        f"no space left on device writing {path} ({need}{free}); free some space or point output_dir= / cache_dir= "
+        "at a larger disk, then run the same command again (finished units and checkpoints are kept)"
+    )
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """Whether `exc` or an exception it was raised from is a full disk: OSError ENOSPC/EDQUOT, or SQLite's
+    SQLITE_FULL (which SQLAlchemy and MLflow wrap)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if getattr(current, "sqlite_errorcode", None) == SQLITE_FULL:
+            return True
+        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
+    return False
+
+
+SQLITE_FULL = 13  # sqlite3.SQLITE_FULL: "database or disk is full"

@@ -72,3 +72,28 @@ def test_a_readable_file_that_is_not_a_checkpoint_is_moved_aside(smoke_cfg, tiny
     with caplog.at_level(logging.WARNING, logger="capsbench.train.checkpoints"):
         assert not obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits).cached
     assert "lacks state_dict, meta" in caplog.text
+
+
+def test_a_checkpoint_of_another_model_is_quarantined_and_retrained(smoke_cfg, tiny_splits, caplog):
+    """A readable checkpoint whose weights do not fit its model (another model's file under this key): named, moved
+    aside like a corrupt one, and trained again, instead of failing every rerun in load_state_dict."""
+    other = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    key = content_key(training_identity(smoke_cfg, "capsnet", 0, tiny_splits, default_protocol(smoke_cfg)))
+    cache = CheckpointCache(smoke_cfg.cache_dir)
+    cache.path(key).write_bytes(other.path.read_bytes())
+    with caplog.at_level(logging.WARNING, logger="capsbench.train.checkpoints"):
+        trained = obtain_model(smoke_cfg, "capsnet", 0, tiny_splits)
+    assert not trained.cached and trained.key == key
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(cache.path(key)) in warning and "its weights do not fit the model: missing " in warning
+    assert "unexpected " in warning and "training again" in warning
+    assert len(list(cache.directory.glob(f"{key}.ckpt.corrupt-*"))) == 1
+    assert obtain_model(smoke_cfg, "capsnet", 0, tiny_splits).cached
+
+
+def test_state_mismatch_names_keys_and_shapes():
+    expected = {"a.weight": torch.zeros(2, 3), "a.bias": torch.zeros(2)}
+    assert checkpoints.state_mismatch(expected, {"a.weight": torch.ones(2, 3), "a.bias": torch.ones(2)}) is None
+    assert checkpoints.state_mismatch(expected, {"a.weight": torch.ones(3, 3), "b": torch.ones(1)}) == (
+        "missing a.bias; unexpected b; shape a.weight (3, 3) instead of (2, 3)")
+    assert checkpoints.state_mismatch(expected, [1, 2]) == "it holds a list, not a state dict"

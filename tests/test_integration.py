@@ -93,11 +93,11 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
     real_obtain = execute.obtain_model
     calls = []
 
-    def interrupt_on_second_model(cfg, name, *args):
+    def interrupt_on_second_model(cfg, name, *args, **kwargs):
         calls.append(name)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real_obtain(cfg, name, *args)
+        return real_obtain(cfg, name, *args, **kwargs)
 
     monkeypatch.setattr(execute, "obtain_model", interrupt_on_second_model)
     result = CliRunner().invoke(app, args)
@@ -110,7 +110,8 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
     assert sorted(r.info.status for r in runs) == [
         "FINISHED",
         "KILLED",
-    ]  # model 1's unit logged whole, model 2 cut before
+        "KILLED",
+    ]  # model 1's unit logged whole; model 2's unit had started (its run is open) and is cut, with the parent
 
     monkeypatch.setattr(execute, "obtain_model", real_obtain)
     run_cli(args)

@@ -64,18 +64,18 @@ def test_a_killed_run_keeps_its_finished_units_and_the_rerun_measures_only_the_r
     real = execute.execute
     calls = []
 
-    def interrupt_second(spec):
+    def interrupt_second(spec, emit):
         calls.append(spec.model)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(spec)
+        return real(spec, emit)
 
     monkeypatch.setattr(execute, "execute", interrupt_second)
     with pytest.raises(KeyboardInterrupt):
         driver.run_suite(cfg)
     assert len(list((tmp_path / "accuracy" / "units").glob("*.json"))) == 1
     assert not (tmp_path / "accuracy" / "table.md").exists()
-    monkeypatch.setattr(execute, "execute", lambda spec: calls.append(spec.model) or real(spec))
+    monkeypatch.setattr(execute, "execute", lambda spec, emit: calls.append(spec.model) or real(spec, emit))
     resumed = driver.run_suite(cfg)
     assert calls == ["cnn_9x9", "capsnet", "capsnet"]  # the finished cnn_9x9 unit was not measured again
     clean = driver.run_suite(smoke(tmp_path / "clean"))
@@ -94,7 +94,7 @@ def test_remeasure_runs_every_unit_again(tmp_path, synthetic, monkeypatch):
     driver.run_suite(cfg)
     calls = []
     real = execute.execute
-    monkeypatch.setattr(execute, "execute", lambda spec: calls.append(spec.model) or real(spec))
+    monkeypatch.setattr(execute, "execute", lambda spec, emit: calls.append(spec.model) or real(spec, emit))
     driver.run_suite(cfg)
     driver.run_suite(smoke(tmp_path, "models=[cnn_9x9]", "remeasure=true"))
     assert calls == ["cnn_9x9"]
@@ -104,10 +104,10 @@ def test_a_failed_unit_is_reported_missing_and_measured_on_the_next_run(tmp_path
     cfg = smoke(tmp_path)
     real = execute.execute
 
-    def broken_capsnet(spec):
+    def broken_capsnet(spec, emit):
         if spec.model == "capsnet":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return real(spec)
+        return real(spec, emit)
 
     monkeypatch.setattr(execute, "execute", broken_capsnet)
     (result,) = driver.run_suites([cfg])

@@ -202,7 +202,7 @@ def check_launch(cfg: DictConfig) -> None:
     check_ranges(
         cfg.ray,
         {
-            "cpus_per_unit": positive,
+            "cpus_per_unit": _optional(positive, "for the unit's thread count"),
             "gpus_per_unit": positive,
             "max_retries": _at_least(0),
             "num_cpus": _optional(_at_least(1), "for all CPUs"),

@@ -24,6 +24,7 @@ from capsbench.suites import CATALOG
 from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
 from capsbench.util.shipped import shipped_dir
+from capsbench.util.uris import sqlite_uri
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, str]:
@@ -151,27 +152,33 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
     except OmegaConfBaseException as exc:  # e.g. an unresolvable ${...} interpolation in a value
         raise CapsbenchError(f"bad value: {describe_error(exc)}") from None
     if resolve_device:
-        _resolve_device(cfg)  # bf16 was let through for device=auto: check it again, now that auto is cuda or cpu
-        for name, train in [("train", cfg.train), *((f"model_train.{n}", t) for n, t in trains.items())]:
-            check_train_precision(train, cfg.device, name)
-        for key in ("precision", "attack_precision"):
-            if cfg.params is not None and key in cfg.params:
-                check_device_precision(cfg.params[key], cfg.device, f"params.{key}")
+        settle_device(cfg)
     return cfg
 
 
-def compose_suites(overrides: list[str]) -> list[DictConfig]:
+def settle_device(cfg: DictConfig) -> None:
+    """Resolve device=auto to cuda or cpu and check device=cuda and bf16 against it: the one step of composing that
+    imports torch, so the CLI runs it after every torch-free check (compose(..., resolve_device=False))."""
+    _resolve_device(cfg)  # bf16 was let through for device=auto: check it again, now that auto is cuda or cpu
+    for name, train in [("train", cfg.train), *((f"model_train.{n}", t) for n, t in model_trains(cfg).items())]:
+        check_train_precision(train, cfg.device, name)
+    for key in ("precision", "attack_precision"):
+        if cfg.params is not None and key in cfg.params:
+            check_device_precision(cfg.params[key], cfg.device, f"params.{key}")
+
+
+def compose_suites(overrides: list[str], *, resolve_device: bool = True) -> list[DictConfig]:
     """One composed config per suite named by suite=NAME or suite=[A,B,...]; every other override applies to each."""
     value = parse_overrides(overrides).get("suite", "")
     if not value.startswith("["):
-        return [compose(overrides)]
+        return [compose(overrides, resolve_device=resolve_device)]
     names = [n.strip() for n in value.strip("[]").split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
         raise CapsbenchError(
             f"suite=[...] must name distinct suites, e.g. suite=[accuracy,robustness], got suite={value}"
         )
     rest = [o for o in overrides if not o.startswith("suite=")]
-    return [compose([*rest, f"suite={name}"]) for name in names]
+    return [compose([*rest, f"suite={name}"], resolve_device=resolve_device) for name in names]
 
 
 def compose_report(overrides: list[str]) -> DictConfig:
@@ -183,7 +190,7 @@ def compose_report(overrides: list[str]) -> DictConfig:
     out = Path(cfg.output_dir).expanduser().resolve()
     cfg.output_dir = str(out)
     if cfg.tracking.uri is None:
-        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
+        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(out / "mlflow.db")
     return cfg
 
 
@@ -206,7 +213,7 @@ def _resolve_defaults(cfg: DictConfig) -> str | None:
     if cfg.cache_dir is None:
         cfg.cache_dir = os.environ.get("CAPSBENCH_CACHE") or str(out / "checkpoints")
     if cfg.tracking.uri is None:
-        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{out / 'mlflow.db'}"
+        cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(out / "mlflow.db")
     return explicit
 
 

@@ -25,7 +25,7 @@ class RaySettings:
     address: str | None = None  # unset: start a local Ray here; "auto" or host:port: connect to a running cluster
     num_cpus: int | None = None  # local Ray only; default: all CPUs of this machine
     num_gpus: int | None = None  # local Ray only; default: all GPUs
-    cpus_per_unit: float = 1.0  # resources one unit (a train or a measure task) asks for
+    cpus_per_unit: float | None = None  # CPUs one unit (a train or a measure task) asks for; default: its threads
     gpus_per_unit: float = 0.0
     max_retries: int = 2  # retries of a task whose worker died (a lost node costs only its units)
 

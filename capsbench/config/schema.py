@@ -91,6 +91,7 @@ class ReportConfig:
     dataset: str | None = None
     budget: str | None = None  # required when the selected runs span several budgets
     version: str | None = None  # capsbench version; required when the runs span several
+    code: str | None = None  # code hash prefix (tag code.hash); required when the runs span several code versions
     since: str | None = None  # ISO date or date-time (UTC unless an offset is given), on the run's start
     until: str | None = None
     output_dir: str = "results"  # tables go to <output_dir>/report/

@@ -1,7 +1,8 @@
 """Model registry: `create_model(name, **overrides)` and `list_models()`, timm-style.
 
 Importing this package does not import torch: entries name their class as "module:Class", and the accepted
-arguments are read from the class's source; the class is imported when a model is built.
+arguments (and their declared ranges, capsbench.models.ranges) are read from the class's source; the class is
+imported when a model is built.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capsbench.errors import CapsbenchError
-from capsbench.util.lazy import keyword_arguments, lazy_attributes, load, split_target
+from capsbench.models.ranges import check_arguments
+from capsbench.util.lazy import class_literal, keyword_arguments, lazy_attributes, load, split_target
 from capsbench.util.registry import Registry, close_matches
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ class ModelSpec:
     target: str
     description: str
     defaults: dict[str, Any] = field(default_factory=dict)
+    ranges: dict[str, Any] = field(default_factory=dict)  # argument -> range; adds to the class's ARGUMENT_RANGES
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str):
@@ -41,6 +44,10 @@ class ModelSpec:
     def arguments(self) -> dict[str, Any]:
         """Every keyword argument the model accepts, with the value it gets by default (read without torch)."""
         return {name: self.defaults.get(name, default) for name, default in keyword_arguments(self.target).items()}
+
+    def argument_ranges(self) -> dict[str, Any]:
+        """The declared range of each constrained argument: the class's ARGUMENT_RANGES (optional), then the entry's."""
+        return {**class_literal(self.target, "ARGUMENT_RANGES", {}), **self.ranges}
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
@@ -135,11 +142,14 @@ for _depth, _n, _size in ((20, 3, "0.27"), (56, 9, "0.85"), (110, 18, "1.7")):
 
 
 def check_model_arguments(name: str, overrides: dict[str, Any]) -> None:
-    """Raise a CapsbenchError naming the valid arguments if `overrides` has one the model lacks."""
-    valid = MODELS.get(name).arguments()
+    """Raise a CapsbenchError naming the valid arguments if `overrides` has one the model lacks, or the declared range
+    of an argument whose value lies outside it."""
+    spec = MODELS.get(name)
+    valid = spec.arguments()
     for key in overrides:
         if key not in valid:
             raise CapsbenchError(f"model {name!r} has no argument {key!r}: {close_matches(key, list(valid))}")
+    check_arguments(f"model_args.{name}", overrides, spec.argument_ranges())
 
 
 def create_model(name: str, **overrides: Any) -> Classifier:

@@ -43,6 +43,11 @@ class AvgPoolCNN(SoftmaxClassifier):
     Shapes: (B, in_channels, H, W) -> logits (B, num_classes).
     """
 
+    ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
+        "backbone_channels": "int [1, inf)",
+        "backbone_strides": "int [1, inf)",
+    }
+
     def __init__(
         self,
         *,

@@ -49,6 +49,17 @@ class CapsNetEM(Classifier):
 
     is_capsule = True
 
+    ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
+        "a_channels": "int [1, inf)",
+        "b_types": "int [1, inf)",
+        "c_types": "int [1, inf)",
+        "d_types": "int [1, inf)",
+        "routing_iterations": "int [1, inf)",
+        "inverse_temperature": "(0, inf)",
+        "min_variance": "(0, inf)",
+        "margin_steps": "int [0, inf)",
+    }
+
     def __init__(
         self,
         *,

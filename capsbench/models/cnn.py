@@ -20,6 +20,15 @@ class ConvNet(SoftmaxClassifier):
     Shapes: (B, in_channels, H, W) -> logits (B, num_classes).
     """
 
+    ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
+        "channels": "int [1, inf)",
+        "kernel_size": "int [1, inf)",
+        "padding": ["same", "valid"],
+        "fc": "int [1, inf)",
+        "dropout": "[0, 1)",
+        "std": "(0, inf)",
+    }
+
     def __init__(
         self,
         *,

@@ -23,6 +23,13 @@ class PooledConvNet(SoftmaxClassifier):
     Shapes: (B, in_channels, H, W) -> logits (B, num_classes).
     """
 
+    ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
+        "channels": "int [1, inf)",
+        "kernel_sizes": "int [1, inf)",
+        "fc": "int [1, inf)",
+        "std": "(0, inf)",
+    }
+
     def __init__(
         self,
         *,

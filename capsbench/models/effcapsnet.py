@@ -30,6 +30,15 @@ class EfficientCapsNet(VectorCapsuleClassifier):
     Shapes: (B, in_channels, H, W) -> scores (B, num_classes), poses (B, num_classes, class_dim).
     """
 
+    ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
+        "channels": "int [1, inf)",
+        "primary_caps": "int [1, inf)",
+        "primary_dim": "int [1, inf)",
+        "class_dim": "int [1, inf)",
+        "decoder_hidden": "int [1, inf)",
+        "recon_weight": "[0, inf)",
+    }
+
     def __init__(
         self,
         *,

@@ -122,6 +122,12 @@ class CifarResNet(SoftmaxClassifier):
     Shapes: (B, in_channels, H, W) -> logits (B, num_classes).
     """
 
+    ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
+        "blocks": "int [1, inf)",
+        "width": "int [1, inf)",
+        "std": "(0, inf)",
+    }
+
     def __init__(
         self,
         *,

@@ -35,6 +35,14 @@ class SRCapsNet(Classifier):
 
     is_capsule = True
 
+    ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
+        "backbone_channels": "int [1, inf)",
+        "backbone_strides": "int [1, inf)",
+        "caps_types": "int [1, inf)",
+        "caps_dim": "int [1, inf)",
+        "caps_layers": "int [0, inf)",
+    }
+
     def __init__(
         self,
         *,

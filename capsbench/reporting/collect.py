@@ -1,4 +1,5 @@
-"""Which tracked invocations a report may combine: filters, the no-silent-mixing checks, one value per seed."""
+"""Which tracked invocations a report may combine: filters, readable records, the no-silent-mixing checks (budget,
+capsbench version, code, settings), one value per seed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
-from capsbench.tracking import Invocation
+from capsbench.tracking import UNTAGGED, Invocation, UnreadableRecords, read_records
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class Selection:
     dataset: str | None = None
     budget: str | None = None
     version: str | None = None
+    code: str | None = None  # a prefix of the code hash (tag code.hash) the runs were measured with
     since: datetime | None = None
     until: datetime | None = None
 
@@ -68,6 +70,7 @@ def select(invocations: list[Invocation], sel: Selection) -> list[Invocation]:
         and (sel.dataset is None or inv.dataset == sel.dataset)
         and (sel.budget is None or inv.budget == sel.budget)
         and (sel.version is None or inv.version == sel.version)
+        and (sel.code is None or inv.code.startswith(sel.code))
         and (sel.since is None or inv.start >= sel.since)
         and (sel.until is None or inv.start <= sel.until)
         and (sel.models is None or bool(set(sel.models) & set(inv.model_args)))
@@ -75,8 +78,21 @@ def select(invocations: list[Invocation], sel: Selection) -> list[Invocation]:
     return sorted(keep, key=lambda inv: inv.start)
 
 
+def readable_records(uri: str, invocations: list[Invocation]) -> dict[str, pd.DataFrame]:
+    """The records of each invocation by run id; a run whose records.csv artifact is missing or corrupt is named in a
+    warning and left out."""
+    out = {}
+    for inv in invocations:
+        try:
+            out[inv.run_id] = read_records(uri, inv.run_id, inv.records_sha256)
+        except UnreadableRecords as exc:
+            log.warning("skipping run %s (%s of %s): %s", inv.run_id, inv.suite,
+                        inv.start.isoformat(timespec="seconds"), exc)
+    return out
+
+
 def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | None = None) -> None:
-    """Refuse to combine runs of one suite that differ in budget, capsbench version or measuring config
+    """Refuse to combine runs of one suite that differ in budget, capsbench version, code or measuring config
     (model arguments compared for the selected models only)."""
     for attr, key in (("budget", "budget"), ("version", "version")):
         values = sorted({getattr(inv, attr) for inv in invocations})
@@ -85,6 +101,16 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
                 f"suite {invocations[0].suite!r} has runs of {attr}s {', '.join(values)}; they are never mixed "
                 f"in one table: choose one with {key}={values[-1]} (or narrow the dates with since=/until=)"
             )
+    codes = {inv.code: inv for inv in invocations}  # each code version with its latest run
+    if len(codes) > 1:
+        named = "; ".join(f"{_code_label(code)} (commit {_short(inv.commit)}, latest run {inv.start:%Y-%m-%d %H:%M})"
+                          for code, inv in codes.items())
+        latest = invocations[-1].code
+        pick = "" if latest.startswith(UNTAGGED) else f"choose one with code={latest[:12]} (or "
+        raise CapsbenchError(
+            f"suite {invocations[0].suite!r} has runs measured by {len(codes)} versions of the code: {named}; their "
+            f"numbers are never mixed in one table: {pick}narrow the dates with since=/until={')' if pick else ''}"
+        )
     first = invocations[0]
     for inv in invocations[1:]:
         a, b = protocol_params(first), protocol_params(inv)
@@ -99,6 +125,17 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             same = next(i for i in invocations if model in i.model_args and training(i, model) == training(inv, model))
             a, b = _training_params(same, model), _training_params(inv, model)
             _refuse(same, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+
+
+def _code_label(code: str) -> str:
+    """A code hash as 12 hex digits; "untagged" for runs logged before runs carried one (told apart by commit)."""
+    return "untagged" if code.startswith(UNTAGGED) else code[:12]
+
+
+def _short(commit: str) -> str:
+    """A git commit as 12 hex digits, "+dirty" kept."""
+    sha, plus, rest = commit.partition("+")
+    return sha[:12] + plus + rest
 
 
 def _refuse(a: Invocation, b: Invocation, diff: list[str]) -> None:

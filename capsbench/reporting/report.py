@@ -25,13 +25,14 @@ from capsbench.reporting.collect import (
     combine,
     parse_when,
     protocol_params,
+    readable_records,
     select,
 )
 from capsbench.reporting.document import Document, Figure, Run, Section, render_latex, render_markdown
 from capsbench.reporting.figures import accuracy_vs_cost, save_figure
 from capsbench.reporting.outputs import write_suite
 from capsbench.suites import CATALOG, SUITES
-from capsbench.tracking import read_invocations, read_records
+from capsbench.tracking import read_invocations
 from capsbench.util.atomic import write_text
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def selection(cfg: DictConfig) -> Selection:
         SUITES.get(cfg.suite)  # an unknown name fails here with close matches
     return Selection(
         suite=cfg.suite, models=tuple(cfg.models) if cfg.models else None, dataset=cfg.dataset, budget=cfg.budget,
-        version=cfg.version, since=parse_when(cfg.since, "since"), until=parse_when(cfg.until, "until"),
+        version=cfg.version, code=cfg.code, since=parse_when(cfg.since, "since"), until=parse_when(cfg.until, "until"),
     )
 
 
@@ -72,18 +73,28 @@ def build_report(cfg: DictConfig) -> Report:
         )
     entries = load_baselines(Path(cfg.baselines_dir) if cfg.baselines_dir else None)
     root = Path(cfg.output_dir) / "report"
-    sections = []
+    sections, unreadable = [], False
     for suite_name in sorted({inv.suite for inv in chosen}):
         if suite_name not in SUITES:
             log.warning("skipping suite %r: this capsbench does not define it", suite_name)
             continue
-        invs = [inv for inv in chosen if inv.suite == suite_name]
+        records = readable_records(cfg.tracking.uri, [inv for inv in chosen if inv.suite == suite_name])
+        invs = [inv for inv in chosen if inv.run_id in records]
+        if not invs:
+            log.warning("skipping suite %r: none of its runs has readable records", suite_name)
+            unreadable = True
+            continue
         check_comparable(invs, sel.models)
-        frame = combine(invs, {inv.run_id: read_records(cfg.tracking.uri, inv.run_id) for inv in invs}, sel.models)
+        frame = combine(invs, records, sel.models)
         sections.append(_section(suite_name, invs, frame, entries, root))
+    if not sections and unreadable:
+        raise CapsbenchError(
+            f"none of the selected runs has readable records at {cfg.tracking.uri} (each is named in a warning "
+            "above); rerun their commands, or narrow the selection to runs that have them"
+        )
     filters = ", ".join(
         f"{k}={cfg[k]}"
-        for k in ("suite", "models", "dataset", "budget", "version", "since", "until")
+        for k in ("suite", "models", "dataset", "budget", "version", "code", "since", "until")
         if cfg[k] is not None
     )
     judged = verdicts.judge_all(

@@ -22,7 +22,7 @@ from capsbench.models import MODELS
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim, Side, claim_ids, load_claims
 from capsbench.run.estimate import Estimate, estimate
-from capsbench.run.plan import plan
+from capsbench.run.plan import plan, unit_threads
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitSpec
 from capsbench.suites import CATALOG
@@ -88,6 +88,8 @@ def plan_claims(overrides: list[str]) -> ClaimPlan:
     composed, used = [], set()
     for section in sections:
         cfg, keys = _compose(section, rest, params)
+        if cfg.threads is None:  # fixed per unit, as `capsbench run` does for every launcher
+            cfg.threads = unit_threads(cfg)
         used |= keys
         composed.append((cfg, plan(cfg)))
     unused = sorted(set(params) - used)

@@ -25,6 +25,7 @@ from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.suites import SUITES
 from capsbench.tracking import environment_tags, flatten
 from capsbench.util.atomic import write_text
+from capsbench.util.hashing import package_hash
 from capsbench.util.version import __version__
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def run_claims(plan: ClaimPlan) -> ClaimsResult:
     cfg, started = plan.cfg, datetime.now(timezone.utc)
     units = plan.all_units
     tracker = make_tracker(cfg)
-    env = environment_tags(cfg.device)
+    env = {**environment_tags(cfg.device), "code.hash": package_hash()}  # as run_suites tags its runs
     suites = sorted({u.suite for u in units})
     parent = tracker.start_parent(
         f"{CLAIMS_SUITE}-{cfg.budget}",

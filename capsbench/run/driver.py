@@ -1,7 +1,10 @@
 """The driver: plan the units of one or more suites, reuse the ones an earlier run of the same command finished, launch
-the rest, keep each result on disk and log its MLflow run the moment it arrives, then write every suite's tables.
+the rest, keep each result on disk and log its MLflow run as it runs (started, epoch curves, records), then write
+every suite's tables. A suite with a failed unit gets its tables from the units that finished and a FAILED parent run.
 
-Only the driver writes MLflow runs and tables; units (wherever a launcher runs them) only return results.
+Only the driver writes MLflow runs and tables; units (wherever a launcher runs them) only return results and events.
+Every unit runs with the thread count its spec fixes (threads=, else this driver's auto_threads()), whatever the
+launcher, so that the same command gives the same numbers locally, on Ray and on SLURM.
 """
 
 from __future__ import annotations
@@ -16,17 +19,19 @@ from typing import Any
 from omegaconf import DictConfig
 
 from capsbench.config.compose import to_dict, to_yaml
-from capsbench.errors import CapsbenchError
+from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
 from capsbench.reporting.outputs import write_outputs
 from capsbench.run.launchers import make_launcher
-from capsbench.run.plan import plan
+from capsbench.run.plan import plan, unit_threads
 from capsbench.run.store import UnitStore
-from capsbench.run.units import UnitResult, UnitSpec
+from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
 from capsbench.util.atomic import write_text
+from capsbench.util.hashing import package_hash
 from capsbench.util.progress import Progress
+from capsbench.util.signals import shielded
 
 log = logging.getLogger(__name__)
 RECORDS_SCHEMA_VERSION = 1  # of records.jsonl; README documents the fields
@@ -54,27 +59,43 @@ def run_suite(cfg: DictConfig) -> SuiteResult:
 
 
 def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
-    """Measure every unit of the suites (sharing one output directory and launcher) and write their outputs."""
+    """Measure every unit of the suites (sharing one output directory and launcher) and write their outputs. A failed
+    unit does not stop the others: it is in its suite's `missing` (the CLI then exits 3). A fault that stops the run
+    after its MLflow runs started (a full disk, a worker's fatal error) is a RunFailed; Ctrl-C and SIGTERM end every
+    open run KILLED."""
+    for cfg in cfgs:  # one thread count per unit, in its spec, whatever runs it; recorded in every run's params
+        if cfg.threads is None:
+            cfg.threads = unit_threads(cfg)
     first = cfgs[0]
     plans = {cfg.suite: plan(cfg) for cfg in cfgs}
     tracker = make_tracker(first)
-    tags = {cfg.suite: {**environment_tags(cfg.device), "suite": cfg.suite, "budget": cfg.budget} for cfg in cfgs}
-    parents = {
-        cfg.suite: tracker.start_parent(
-            f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags[cfg.suite], to_yaml(cfg)
-        )
-        for cfg in cfgs
+    code = {"code.hash": package_hash()}  # what unit keys hash: `report` never mixes runs of different code
+    tags = {
+        cfg.suite: {**environment_tags(cfg.device), **code, "suite": cfg.suite, "budget": cfg.budget} for cfg in cfgs
     }
-    columns = {cfg.suite: SUITES.get(cfg.suite).sweep_columns for cfg in cfgs}
+    started = False  # whether anything of the run exists yet (its parent runs): then a fault is a failed run
     try:
+        parents = {
+            cfg.suite: tracker.start_parent(
+                f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags[cfg.suite], to_yaml(cfg)
+            )
+            for cfg in cfgs
+        }
+        started = True
+        columns = {cfg.suite: SUITES.get(cfg.suite).sweep_columns for cfg in cfgs}
         units = [u for units in plans.values() for u in units]
         done = measure_units(first, units, tracker, parents, tags, columns)
         return [_finish(cfg, plans[cfg.suite], done, tracker, parents[cfg.suite]) for cfg in cfgs]
-    except KeyboardInterrupt:
-        tracker.end_open("KILLED")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capsbench.util.signals)
+        with shielded():
+            tracker.end_open("KILLED")
         raise
     except Exception as exc:
-        tracker.end_open("FAILED", error=f"{type(exc).__name__}: {exc}")
+        started = started or bool(tracker.open_parents)
+        with shielded():
+            tracker.end_open("FAILED", error=f"{type(exc).__name__}: {exc}")
+        if started and isinstance(exc, CapsbenchError) and not isinstance(exc, RunFailed):
+            raise RunFailed(str(exc)) from exc  # found after the run started (a full disk): exit 3, not 2
         raise
 
 
@@ -103,54 +124,84 @@ def measure_units(
     for result in done.values():
         suite = result.spec.suite
         tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=True)
-    _launch(cfg, todo, store, tracker, done, parents, tags, columns)
+    _launch(cfg, todo, store, done, LiveUnits(tracker, todo, parents, tags, columns))
     return done
 
 
-def _launch(
-    cfg: DictConfig,
-    todo: list[UnitSpec],
-    store: UnitStore,
-    tracker: Tracker,
-    done: dict[str, UnitResult],
-    parents: dict[str, str | None],
-    tags: dict[str, dict[str, str]],
-    columns: dict[str, tuple],
-) -> None:
+class LiveUnits:
+    """The nested MLflow runs of the units under way: each starts at its unit's first event (when it started,
+    wherever it runs), takes its epochs as they come, and ends with its result."""
+
+    def __init__(self, tracker: Tracker, units: list[UnitSpec], parents: dict[str, str | None],
+                 tags: dict[str, dict[str, str]], columns: dict[str, tuple]) -> None:
+        self.tracker, self.parents, self.tags, self.columns = tracker, parents, tags, columns
+        self.units = {u.key: u for u in units}
+        self.runs: dict[str, str | None] = {}
+        self.epochs: dict[str, set[int]] = {}
+
+    def on_event(self, event: UnitEvent) -> None:
+        """Start the unit's run on its first event; log each epoch once (a retried task sends them again)."""
+        unit = self.units.get(event.key)
+        if unit is None:
+            return
+        if event.key not in self.runs:
+            self.runs[event.key] = self.tracker.start_unit(
+                self.parents[unit.suite], unit, self.tags[unit.suite], reused=False,
+                start_ms=int(event.time * 1000), host=event.host)
+            self.epochs[event.key] = set()
+        if event.kind == "epoch" and int(event.data["epoch"]) not in self.epochs[event.key]:
+            self.tracker.log_epoch(self.runs[event.key], event.data, int(event.time * 1000))
+            self.epochs[event.key].add(int(event.data["epoch"]))
+
+    def finish(self, result: UnitResult) -> None:
+        """End the unit's run with its result (started now if the unit sent no event, e.g. a worker lost early)."""
+        unit = result.spec
+        if result.key not in self.runs:
+            self.runs[result.key] = self.tracker.start_unit(self.parents[unit.suite], unit, self.tags[unit.suite],
+                                                            reused=False, host=result.host)
+        self.tracker.end_unit(self.runs.pop(result.key), result, self.columns[unit.suite],
+                              streamed=self.epochs.pop(result.key, set()))
+
+
+def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[str, UnitResult],
+            live: LiveUnits) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them)."""
     failures = 0
     with Progress("units", len(todo), unit="unit", leave=True) as bar:
-        for result in make_launcher(cfg).run(todo):
+        for result in make_launcher(cfg).run(todo, live.on_event):
             if result.status == "done":
                 store.save(result)
             else:
                 failures += 1
                 log.error("unit %s failed: %s", result.spec.name, result.error)
             done[result.key] = result
-            suite = result.spec.suite
-            tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=False)
+            live.finish(result)
             bar.update()
             bar.note(f"last: {result.spec.name}" + (f", {failures} failed" if failures else ""))
+
+
+def failure_line(result: UnitResult) -> str:
+    """One line for a failed unit: its name, its exception, and whether running the same command again can help."""
+    then = ("a rerun of the same command may succeed (it measures only the missing units)" if result.rerun_helps
+            else "fix the cause first: a rerun alone repeats it")
+    return f"{result.spec.name}: the unit failed ({result.error}); {then}"
 
 
 def _finish(
     cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult], tracker: Tracker, parent_id: str | None
 ) -> SuiteResult:
-    """The suite's records, tables, records.jsonl and config.yaml, and its parent run's headline metrics."""
+    """The suite's records, tables, records.jsonl and config.yaml, and its parent run's headline metrics; the parent
+    is FAILED, naming the failed units, when some failed (with no tables when none finished)."""
     suite_cls = SUITES.get(cfg.suite)
     finished = [done[u.key] for u in units if u.key in done and done[u.key].status == "done"]
     missing = [done[u.key] for u in units if u.key in done and done[u.key].status != "done"]
     records = [r for result in finished for r in result.records]
+    failed = f"{len(missing)} unit(s) failed: " + " | ".join(failure_line(r) for r in missing) if missing else None
     if not records:
-        cause = f" ({missing[0].spec.name}: {missing[0].error})" if missing else ""
-        raise CapsbenchError(
-            f"no unit of suite {cfg.suite!r} produced records{cause}; "
-            "see the log above, fix the cause and run the same command again"
-        )
+        tracker.finish_parent(parent_id, {}, [], failed=failed or "no unit produced records")
+        return SuiteResult(cfg.suite, [], {}, "", parent_id, missing)
     out_dir = Path(cfg.output_dir) / cfg.suite
-    notes = suite_cls().notes(records, cfg.params) + [
-        f"MISSING {r.spec.name}: the unit failed ({r.error}); rerun the same command to measure it" for r in missing
-    ]
+    notes = suite_cls().notes(records, cfg.params) + [f"MISSING {failure_line(r)}" for r in missing]
     paths = write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
     paths["records.jsonl"] = out_dir / "records.jsonl"
     write_text(
@@ -160,7 +211,7 @@ def _finish(
     paths["config.yaml"] = out_dir / "config.yaml"
     write_text(paths["config.yaml"], to_yaml(cfg))
     figures = [Path(p) for result in finished for p in result.figures]
-    tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures])
+    tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures], failed=failed)
     return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing)
 
 

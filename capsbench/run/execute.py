@@ -1,5 +1,6 @@
 """Running one unit anywhere: load the data, train or reuse its checkpoint, measure, draw its figures, and hand back
-a UnitResult. A pure function of the UnitSpec; it never logs to MLflow or writes tables (the driver does)."""
+a UnitResult. A pure function of the UnitSpec; it never logs to MLflow or writes tables (the driver does): what it says
+while it runs (started, each training epoch) goes to an event sink that the launcher carries back to the driver."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +19,28 @@ from omegaconf import DictConfig, OmegaConf
 from capsbench.data import Splits, load_splits
 from capsbench.models import create_model
 from capsbench.reporting.figures import save_figure
-from capsbench.run.units import UnitResult, UnitSpec
+from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES, Context, Suite
 from capsbench.train.step import auto_threads
 from capsbench.train.trained import TrainedModel, model_config, obtain_model, train_settings_identity
 
 log = logging.getLogger(__name__)
+Sink = Callable[[UnitEvent], None]  # where a unit's events go (the launcher's channel back to the driver)
 
 
-def execute(spec: UnitSpec) -> UnitResult:
-    """Train or reuse, then measure one unit. Exceptions propagate: launchers decide about retries and failures."""
+def _ignore(event: UnitEvent) -> None:
+    """The sink of a unit whose events nobody reads."""
+
+
+def _epochs(spec: UnitSpec, emit: Sink) -> Callable[[dict[str, float]], None]:
+    """The training loop's per-epoch callback, sending each history row as an "epoch" event of `spec`."""
+    return lambda row: emit(UnitEvent(spec.key, "epoch", row, host=platform.node()))
+
+
+def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
+    """Train or reuse, then measure one unit, sending "started" and each training epoch to `emit` as they happen.
+    Exceptions propagate: launchers decide about retries and failures."""
+    emit(UnitEvent(spec.key, "started", host=platform.node()))
     start = time.perf_counter()
     cfg = _process_settings(spec)
     suite = SUITES.get(spec.suite)()
@@ -34,7 +48,7 @@ def execute(spec: UnitSpec) -> UnitResult:
     protocol = suite.protocol(cfg)
     resources = _resources(suite, cfg, splits)
     result = UnitResult(key=spec.key, spec=spec, status="done", host=platform.node())
-    model, model_args, undertrained = _model(suite, cfg, spec, splits, protocol, result)
+    model, model_args, undertrained = _model(suite, cfg, spec, splits, protocol, result, _epochs(spec, emit))
     ctx = Context(model=model.eval(), model_name=spec.model, splits=splits, params=cfg.params, device=cfg.device,
                   batch_size=cfg.train.eval_batch_size, seed=spec.seed, protocol=protocol, resources=resources,
                   model_args=model_args)
@@ -62,20 +76,22 @@ def execute(spec: UnitSpec) -> UnitResult:
     return result
 
 
-def train_only(spec: UnitSpec) -> str | None:
+def train_only(spec: UnitSpec, emit: Sink = _ignore) -> str | None:
     """Train (or find in the cache) the checkpoint the unit would measure, so that every unit sharing it finds it there;
-    its cache key, or None for a suite that trains nothing. Launchers run it once per training_group."""
+    its cache key, or None for a suite that trains nothing. Launchers run it once per training_group; its events are
+    those of `spec` (the group's first unit), whose run thus starts when its training does."""
     if not SUITES.get(spec.suite).needs_training:
         return None
-    return trained(spec).key
+    emit(UnitEvent(spec.key, "started", host=platform.node()))
+    return trained(spec, emit).key
 
 
-def trained(spec: UnitSpec) -> TrainedModel:
+def trained(spec: UnitSpec, emit: Sink = _ignore) -> TrainedModel:
     """The trained model of a unit whose suite trains one (from the cache, or trained now)."""
     cfg = _process_settings(spec)
     suite = SUITES.get(spec.suite)()
     splits = load_data(cfg.dataset, cfg.data)
-    return obtain_model(cfg, spec.model, spec.seed, splits, suite.protocol(cfg))
+    return obtain_model(cfg, spec.model, spec.seed, splits, suite.protocol(cfg), on_epoch=_epochs(spec, emit))
 
 
 def training_group(spec: UnitSpec) -> str | None:
@@ -101,7 +117,8 @@ def training_group(spec: UnitSpec) -> str | None:
 
 
 def _process_settings(spec: UnitSpec) -> DictConfig:
-    """The unit's config, with torch's thread count and matmul precision set for this process."""
+    """The unit's config, with torch's thread count (the spec's: the driver fixes it, capsbench.run.driver) and
+    matmul precision set for this process, whatever the launcher set before."""
     cfg = spec.run_config()
     torch.set_num_threads(cfg.threads if cfg.threads is not None else auto_threads())
     torch.set_float32_matmul_precision("highest")  # TF32 off: numbers must not depend on the GPU generation
@@ -143,7 +160,8 @@ def _resources(suite: Suite, cfg: DictConfig, splits: Splits) -> Any:
 
 
 def _model(
-    suite: Suite, cfg: DictConfig, spec: UnitSpec, splits: Splits, protocol: Any, result: UnitResult
+    suite: Suite, cfg: DictConfig, spec: UnitSpec, splits: Splits, protocol: Any, result: UnitResult,
+    on_epoch: Callable[[dict[str, float]], None],
 ) -> tuple[torch.nn.Module, dict[str, Any], bool | None]:
     """A trained model from the checkpoint cache (or trained now), or a fresh seeded one for suites that need no
     weights;
@@ -153,7 +171,7 @@ def _model(
         torch.manual_seed(spec.seed)
         result.params = {f"model_args.{k}": v for k, v in args.items()}
         return create_model(spec.model, **args).to(cfg.device), args, None
-    trained = obtain_model(cfg, spec.model, spec.seed, splits, protocol)
+    trained = obtain_model(cfg, spec.model, spec.seed, splits, protocol, on_epoch=on_epoch)
     val, floor = 100.0 * trained.meta["best_val_accuracy"], protocol.min_validation_score(splits.spec)
     if val < floor:
         log.warning(

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from capsbench.config.per_model import model_trains
 from capsbench.run.units import UNIT_KEYS, UnitSpec
 from capsbench.suites import SUITES
+from capsbench.train.step import auto_threads
 
 TRAIN_COMMAND_SUITE = "accuracy"  # `capsbench train` trains what suite=accuracy would: the dataset's own protocol
 
@@ -45,3 +46,14 @@ def training_unit(cfg: DictConfig, model: str, seed: int) -> UnitSpec:
     config.update(suite=TRAIN_COMMAND_SUITE, params=None, model_args={model: base["model_args"].get(model) or {}},
                   train=OmegaConf.to_container(model_trains(cfg)[model], resolve=True))
     return UnitSpec(TRAIN_COMMAND_SUITE, model, seed, {}, config)
+
+
+def unit_threads(cfg: DictConfig) -> int:
+    """The torch threads of every unit when threads= is not given: the CPUs a unit gets where it runs, fixed here
+    for every unit of the run. slurm.cpus_per_unit on SLURM (the jobs' nodes are not this machine), ray.cpus_per_unit
+    when given, else this machine's auto_threads(): so `launcher=local` and a Ray started here give the same numbers."""
+    if cfg.launcher == "slurm":
+        return int(cfg.slurm.cpus_per_unit)
+    if cfg.launcher == "ray" and cfg.ray.cpus_per_unit is not None:
+        return max(1, int(cfg.ray.cpus_per_unit))
+    return auto_threads()

@@ -1,17 +1,79 @@
 """Finished units on disk: <output_dir>/<suite>/units/<unit key>.json, written atomically the moment a unit's result
-arrives, so a killed run keeps every unit it finished and the same command measures only what is missing."""
+arrives, so a killed run keeps every unit it finished and the same command measures only what is missing.
+
+Each file holds the result and the sha256 of its content. A file that fails its checksum (edited by hand, damaged) or
+the schema (a record without a field the tables read, a value outside its own interval) is named in a warning, moved
+aside to <name>.corrupt-<UTC time> and its unit measured again: a result is used only as it was measured."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.util.atomic import write_text
 
 log = logging.getLogger(__name__)
+FORMAT = 2  # of the unit file: {"format", "sha256", "result"}; format 1 files (no checksum) are measured again
+RECORD_FIELDS = ("suite", "model", "dataset", "seed", "metric", "value")
+
+
+class UnreadableUnit(ValueError):
+    """A unit file that cannot be trusted; the message says why."""
+
+
+def _canonical(result: dict[str, Any]) -> str:
+    return json.dumps(result, sort_keys=True, default=str)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def encode(result: UnitResult) -> str:
+    """The unit file's text: the result and the sha256 of its canonical JSON."""
+    text = _canonical(result.to_dict())
+    return json.dumps({"format": FORMAT, "sha256": _digest(text), "result": json.loads(text)})
+
+
+def decode(text: str) -> UnitResult:
+    """The result in a unit file's text, or UnreadableUnit saying why it cannot be trusted."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UnreadableUnit(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("result"), dict):
+        raise UnreadableUnit(f"not a unit file of format {FORMAT}")
+    if _digest(_canonical(data["result"])) != data.get("sha256"):
+        raise UnreadableUnit("its content does not match its sha256: it was changed after it was written")
+    try:
+        result = UnitResult.from_dict(data["result"])
+    except (TypeError, KeyError) as exc:
+        raise UnreadableUnit(f"not a unit result ({type(exc).__name__}: {exc})") from None
+    for i, record in enumerate(result.records):
+        check_record(record, i)
+    return result
+
+
+def check_record(record: Any, index: int) -> None:
+    """A record has every field the tables read, a finite value, and a value inside its own interval (if any)."""
+    if not isinstance(record, dict):
+        raise UnreadableUnit(f"record {index} is not a mapping")
+    absent = [f for f in RECORD_FIELDS if f not in record]
+    if absent:
+        raise UnreadableUnit(f"record {index} ({record.get('metric', '?')}) lacks {', '.join(absent)}")
+    value, low, high = record["value"], record.get("ci_low"), record.get("ci_high")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
+        raise UnreadableUnit(f"record {index} ({record['metric']}) has the value {value!r}, not a number")
+    bounds = [b for b in (value, low, high) if isinstance(b, (int, float)) and math.isfinite(b)]
+    if len(bounds) == 3 and not low - 1e-9 <= value <= high + 1e-9:  # a rounding error is no edit
+        raise UnreadableUnit(f"record {index} ({record['metric']}) has the value {value} outside its own interval "
+                             f"[{low}, {high}]")
 
 
 class UnitStore:
@@ -28,21 +90,23 @@ class UnitStore:
         if result.status != "done":
             raise ValueError(f"only finished units are stored, not {result.spec.name} ({result.status})")
         path = self.path(result.spec)
-        write_text(path, json.dumps(result.to_dict(), default=str))
+        write_text(path, encode(result))
         return path
 
     def load(self, spec: UnitSpec) -> UnitResult | None:
-        """The stored result of this exact unit, or None. An unreadable file is reported, moved aside and ignored."""
+        """The stored result of this exact unit, or None. A file that cannot be trusted is named, moved aside and
+        ignored, so that the unit is measured again."""
         path = self.path(spec)
         if not path.exists():
             return None
         try:
-            result = UnitResult.from_dict(json.loads(path.read_text()))
-        except (ValueError, TypeError, KeyError) as exc:  # truncated or foreign JSON: measure the unit again
+            result = decode(path.read_text(errors="replace"))
+            if result.key != spec.key or result.status != "done":
+                raise UnreadableUnit(f"it holds unit {result.key} ({result.status}), not the finished unit {spec.key}")
+        except UnreadableUnit as exc:
             aside = path.with_name(f"{path.name}.corrupt-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
             path.replace(aside)
-            log.warning(
-                "unreadable unit result %s (%s); moved to %s and measuring the unit again", path, exc, aside.name
-            )
+            log.warning("unit result %s of %s cannot be trusted (%s); moved it to %s and measuring the unit again",
+                        path, spec.name, exc, aside.name)
             return None
-        return result if result.key == spec.key and result.status == "done" else None
+        return result

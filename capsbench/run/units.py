@@ -1,15 +1,17 @@
 """The unit of work: one suite x model x variant x seed as a small, typed, JSON-able spec that any launcher can run in
-any process, and the result it hands back. Nothing here imports torch."""
+any process, the events it sends while it runs, and the result it hands back. Nothing here imports torch."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from capsbench.errors import is_no_space
 from capsbench.util.hashing import package_hash
 from capsbench.util.version import __version__
 
@@ -70,7 +72,8 @@ class UnitSpec:
 class UnitResult:
     """What a unit hands back to the driver, JSON-able: its records, what to log about it, and how it went.
 
-    status: "done", or "failed" with `error` (the exception's type and message) and no records.
+    status: "done", or "failed" with `error` (the exception's type and message) and no records; `rerun_helps` says
+    whether running it again may succeed (a passing fault) or repeats the error (a bug or a bad setting).
     params / metrics / curves: for its MLflow run (checkpoint and model arguments; best validation accuracy;
     per-epoch training history with epoch, train_loss, train_accuracy, val_accuracy, lr).
     figures: paths of the figure files it wrote under output_dir.
@@ -87,6 +90,7 @@ class UnitResult:
     error: str | None = None
     seconds: float = 0.0
     host: str = ""
+    rerun_helps: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "spec": self.spec.to_dict()}
@@ -96,6 +100,40 @@ class UnitResult:
         return cls(**{**data, "spec": UnitSpec.from_dict(data["spec"])})
 
 
+# Failures that may pass when the unit runs again: memory taken by another job, a lost worker, node or connection,
+# a scheduler's time limit (matched by class name across the exception's bases, without importing torch or Ray).
+PASSING = frozenset({"MemoryError", "OutOfMemoryError", "ConnectionError", "TimeoutError", "WorkerCrashedError",
+                     "NodeDiedError", "ObjectLostError", "LocalRayletDiedError", "UncompletedJobError"})
+
+
+def rerun_may_help(exc: BaseException) -> bool:
+    """Whether a unit that raised `exc` may succeed when run again: a passing fault, or a full disk once space is
+    freed. A bad argument value, a shape error or any other bug repeats: False."""
+    return is_no_space(exc) or any(cls.__name__ in PASSING for cls in type(exc).__mro__)
+
+
 def failed(spec: UnitSpec, exc: BaseException) -> UnitResult:
-    """The result of a unit that raised: no records, the exception's type and message as the error."""
-    return UnitResult(key=spec.key, spec=spec, status="failed", error=f"{type(exc).__name__}: {exc}")
+    """The result of a unit that raised: no records, the exception's type and message (first line) as the error."""
+    message = (str(exc).strip().splitlines() or [""])[0]
+    return UnitResult(key=spec.key, spec=spec, status="failed", error=f"{type(exc).__name__}: {message}",
+                      rerun_helps=rerun_may_help(exc))
+
+
+@dataclass(frozen=True)
+class UnitEvent:
+    """Something a unit says while it runs, for the driver to log at once: "started" (data: {}) or "epoch" (data: a
+    training history row: epoch, train_loss, train_accuracy, val_accuracy, lr). JSON-able, so that Ray and SLURM
+    workers send it back as it happens."""
+
+    key: str  # the unit's key
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)  # seconds since the epoch, on the worker's clock
+    host: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UnitEvent:
+        return cls(**data)

@@ -6,9 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from capsbench.tracking.environment import environment_tags, git_state, process_tags
-from capsbench.tracking.reader import Invocation, read_invocations, read_records
-from capsbench.tracking.store import check_store, open_experiment, recover_stale_runs, store_lock
-from capsbench.tracking.writer import Tracker, metric_key
+from capsbench.tracking.metrics import metric_key
+from capsbench.tracking.reader import (
+    UNTAGGED,
+    Invocation,
+    UnreadableRecords,
+    download_checkpoint,
+    read_invocations,
+    read_records,
+)
+from capsbench.tracking.store import check_store, ensure_store, open_experiment, recover_stale_runs, store_lock
+from capsbench.tracking.writer import Tracker, now_ms
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -24,6 +32,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 __all__ = [
-    "Invocation", "Tracker", "check_store", "environment_tags", "flatten", "git_state", "metric_key", "open_experiment",
-    "process_tags", "read_invocations", "read_records", "recover_stale_runs", "store_lock",
+    "UNTAGGED", "Invocation", "Tracker", "UnreadableRecords", "check_store", "download_checkpoint", "ensure_store",
+    "environment_tags", "flatten", "git_state", "metric_key", "now_ms", "open_experiment", "process_tags",
+    "read_invocations", "read_records", "recover_stale_runs", "store_lock",
 ]

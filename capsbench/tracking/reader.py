@@ -1,19 +1,31 @@
-"""Reading tracked invocations back for `capsbench report`: finished parent runs, their nested runs' model arguments,
-and the tidy records each logged as an artifact."""
+"""Reading tracked invocations back for `capsbench report`: parent runs that tabulated records, their finished nested
+runs' model arguments, the tidy records each logged as an artifact (checked before use), and a unit's checkpoint."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
 from capsbench.tracking.store import check_store
+from capsbench.util.stats import decode_outcomes
+
+REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
+UNTAGGED = "commit "  # the code of a run logged without a code.hash tag: its git commit stands in
+
+
+class UnreadableRecords(Exception):
+    """A run's records.csv artifact is missing, truncated or altered; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,9 @@ class Invocation:
     version: str  # capsbench version that produced it
     params: dict[str, str]  # the parent run's flattened config
     model_args: dict[str, dict[str, str]] = field(default_factory=dict)  # model -> constructor args (nested runs)
+    code: str = "unknown"  # hash of the package's code (tag code.hash), or UNTAGGED + its git commit without one
+    commit: str = "unknown"  # git commit, "+dirty" when the tree had uncommitted changes
+    records_sha256: str | None = None  # of its records.csv artifact, when the run recorded it
 
     @property
     def dataset(self) -> str:
@@ -34,9 +49,10 @@ class Invocation:
 
 
 def read_invocations(uri: str, experiment: str) -> list[Invocation]:
-    """Every FINISHED parent run of `capsbench run` in the experiment, with its nested runs' model args.
+    """Every parent run of `capsbench run` in the experiment that tabulated its records: FINISHED ones, and FAILED ones
+    whose finished units were tabulated (they carry records.sha256), with their FINISHED nested runs' model args.
 
-    Killed or failed invocations are skipped: their records are incomplete and were never tabulated.
+    Killed invocations, and failed ones that tabulated nothing, are skipped; a failed unit never contributes.
     """
     from mlflow.tracking import MlflowClient
 
@@ -61,15 +77,17 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
     out = []
     for run in runs:
         tags = run.data.tags
-        if "mlflow.parentRunId" in tags or "suite" not in tags or run.info.status != "FINISHED":
+        tabulated = run.info.status == "FINISHED" or (run.info.status == "FAILED" and "records.sha256" in tags)
+        if "mlflow.parentRunId" in tags or "suite" not in tags or not tabulated:
             continue
         model_args = {
             c.data.params["model"]: {
                 k.removeprefix("model_args."): v for k, v in c.data.params.items() if k.startswith("model_args.")
             }
             for c in children[run.info.run_id]
-            if "model" in c.data.params
+            if "model" in c.data.params and c.info.status == "FINISHED"
         }
+        commit = tags.get("git.commit", "unknown") + ("+dirty" if tags.get("git.dirty") == "true" else "")
         out.append(
             Invocation(
                 run_id=run.info.run_id,
@@ -79,25 +97,85 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
                 version=tags.get("version.capsbench", "unknown"),
                 params=dict(run.data.params),
                 model_args=model_args,
+                code=tags.get("code.hash", f"{UNTAGGED}{commit}"),
+                commit=commit,
+                records_sha256=tags.get("records.sha256"),
             )
         )
     return out
 
 
-def read_records(uri: str, run_id: str) -> pd.DataFrame:
-    """The tidy records.csv an invocation logged as an artifact of its parent run."""
-    import mlflow
+@contextmanager
+def _quiet_downloads() -> Iterator[None]:
+    """No MLflow progress bar for the small files a report downloads (unless the user set it)."""
     from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 
-    quiet = MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name not in os.environ
-    if quiet:  # one small file: no progress bar in the report's output
-        os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = "false"
+    name = MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name
+    quiet = name not in os.environ
+    if quiet:
+        os.environ[name] = "false"
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path="records.csv", dst_path=tmp, tracking_uri=uri
-            )
-            return pd.read_csv(path)
+        yield
     finally:
         if quiet:
-            del os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name]
+            del os.environ[name]
+
+
+def read_records(uri: str, run_id: str, sha256: str | None = None) -> pd.DataFrame:
+    """The tidy records.csv an invocation logged as an artifact of its parent run, checked against its recorded
+    sha256 (when given) and for the columns and per-image outcomes the tables read. UnreadableRecords otherwise."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    with _quiet_downloads(), tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = Path(mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path="records.csv", dst_path=tmp, tracking_uri=uri))
+            data = path.read_bytes()
+        except (MlflowException, OSError) as exc:
+            raise UnreadableRecords(f"its records.csv artifact cannot be read ({_first_line(exc)})") from None
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise UnreadableRecords("its records.csv artifact differs from the one logged (truncated or edited: its "
+                                    "sha256 does not match the run's records.sha256 tag)")
+        try:
+            frame = pd.read_csv(path)
+            _check_records(frame)
+        except ValueError as exc:  # pandas' parser errors, and undecodable outcomes, are ValueErrors
+            raise UnreadableRecords(f"its records.csv artifact is malformed ({_first_line(exc)})") from None
+    return frame
+
+
+def _check_records(frame: pd.DataFrame) -> None:
+    """The columns every record has, numeric values, and per-image outcomes that decode to n images."""
+    absent = [c for c in REQUIRED_COLUMNS if c not in frame]
+    if absent:
+        raise ValueError(f"no column {', '.join(absent)}")
+    if frame["value"].isna().any() or not pd.api.types.is_numeric_dtype(frame["value"]):
+        raise ValueError("a record without a numeric value")
+    if "outcomes" in frame:
+        for text, n in zip(frame["outcomes"], frame.get("n", pd.Series(index=frame.index, dtype=float))):
+            if isinstance(text, str):
+                decode_outcomes(text, int(float(n)))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def download_checkpoint(uri: str, run_id: str, dst: str | Path) -> Path:
+    """The checkpoint file of a unit's nested run, downloaded into `dst` from the run that holds it (a run whose
+    checkpoint another run logged first names that run in its `checkpoint.run` tag). Load it with torch.load and
+    build the model from its meta: create_model(run's model, **payload["meta"]["identity"]["model_args"])."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    tags = MlflowClient(uri).get_run(run_id).data.tags
+    holder = tags.get("checkpoint.run")
+    if holder is None:
+        raise CapsbenchError(f"run {run_id} has no checkpoint in {uri} (its suite trains nothing, or it was trained "
+                             "on a host whose disk the driver could not read)")
+    with _quiet_downloads():
+        folder = Path(mlflow.artifacts.download_artifacts(run_id=holder, artifact_path="checkpoint",
+                                                          dst_path=str(dst), tracking_uri=uri))
+    (path,) = sorted(folder.glob("*.ckpt"))
+    return path

@@ -1,16 +1,21 @@
-"""The MLflow store: created and migrated once under a lock, the experiment marked as a model-development one (so the
-UI opens on its runs, not on the GenAI views), and runs left RUNNING by a killed process marked KILLED."""
+"""The MLflow store: a new SQLite store built beside its final name and renamed into place once complete (under a lock),
+a half-built one left by an older capsbench moved aside and rebuilt, the experiment marked as a model-development one
+(so the UI opens on its runs, not on the GenAI views), and runs left RUNNING by a killed process marked KILLED."""
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
+import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
-from capsbench.errors import CapsbenchError
+from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 from capsbench.tracking.environment import process_alive
+from capsbench.util.uris import sqlite_path, sqlite_uri
 
 log = logging.getLogger(__name__)
 
@@ -22,14 +27,19 @@ def store_lock(uri: str) -> Iterator[None]:
     """An exclusive fcntl lock on <db>.lock beside a SQLite store, held while MLflow creates or migrates its schema:
     two invocations started at once on a new output directory would otherwise both run the migrations, and one
     would fail. Other stores (servers, databases) need no lock from us."""
-    if not uri.startswith("sqlite:///"):
+    db = sqlite_path(uri)
+    if db is None:
         yield
         return
     import fcntl  # POSIX only: needed only where a SQLite store is locked
 
-    db = Path(uri.removeprefix("sqlite:///"))
-    db.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(db.with_name(db.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(db.with_name(db.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        if is_no_space(exc):
+            raise NoSpace(db.with_name(db.name + ".lock")) from exc
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -44,6 +54,7 @@ def open_experiment(uri: str, experiment: str, artifact_root: Path) -> str:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     with store_lock(uri):  # one process creates and migrates a new store and the experiment; others wait
+        ensure_store(uri, artifact_root)
         client = MlflowClient(uri)
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(
@@ -77,8 +88,82 @@ def recover_stale_runs(uri: str, experiment_id: str, host: str) -> list[str]:
 
 def check_store(uri: str) -> None:
     """A missing SQLite file would be created empty by MLflow; say where the runs were expected instead."""
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    db = sqlite_path(uri)
+    if db is not None and not db.exists():
         raise CapsbenchError(
             f"no MLflow store at {uri}; run `capsbench run` first, or point tracking.uri= "
             "(or output_dir=) at the store your runs wrote to"
         )
+
+
+def ensure_store(uri: str, artifact_root: Path) -> None:
+    """A SQLite store that MLflow can open (call it under store_lock). A missing or empty file is built at a temporary
+    name beside it and renamed into place when complete, so a full disk or a kill during the schema migrations leaves
+    no half-built store. An existing store that MLflow cannot open and that holds no runs (half-built by an older
+    capsbench) is moved aside with a warning and built again; one that holds runs is never moved: a one-line error."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    if db.exists() and db.stat().st_size > 0:
+        from mlflow.tracking import MlflowClient
+
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+            return
+        except (MlflowException, SQLAlchemyError) as exc:
+            if is_no_space(exc):
+                raise NoSpace(db) from exc
+            problem = str(exc).strip().splitlines()[0][:200]
+        runs = _run_count(db)
+        if runs:
+            raise CapsbenchError(
+                f"the MLflow store {db} holds {runs} run(s) but cannot be opened ({problem}); it is left as it is: if "
+                f"an older MLflow wrote it, upgrade it with `mlflow db upgrade {uri}`, else point tracking.uri= or "
+                "output_dir= elsewhere"
+            )
+        aside = db.with_name(f"{db.name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
+        _forget_engine(uri)
+        db.replace(aside)
+        state = "is no SQLite database" if runs is None else "was half-built and holds no runs"
+        log.warning("the MLflow store %s %s (%s); moved it to %s and building it again", db, state, problem, aside.name)
+    _build(db, artifact_root)
+
+
+def _forget_engine(uri: str) -> None:
+    """Close the engine MLflow keeps for `uri` (one per store URI, SqlAlchemyStore._engine_map): once the file under
+    that URI is replaced, its pooled connections would still reach the old file."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    engine = SqlAlchemyStore._engine_map.pop(uri, None)
+    if engine is not None:
+        engine.dispose()
+
+
+def _run_count(db: Path) -> int | None:
+    """Runs in a SQLite store read directly (0 when it has no runs table), None when the file is no database."""
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return conn.execute("SELECT count(*) FROM runs").fetchone()[0] if "runs" in tables else 0
+    except sqlite3.DatabaseError:
+        return None
+
+
+def _build(db: Path, artifact_root: Path) -> None:
+    """Create MLflow's schema in a new file beside `db`, then rename it to `db` (nothing half-built is ever there)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    tmp = db.with_name(f".{db.name}.{secrets.token_hex(6)}.building")
+    try:
+        SqlAlchemyStore(sqlite_uri(tmp), artifact_root.resolve().as_uri())
+        _forget_engine(sqlite_uri(tmp))
+        os.replace(tmp, db)
+    except BaseException as exc:  # KeyboardInterrupt too: never leave the temporary file behind
+        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+            leftover.unlink(missing_ok=True)
+        if is_no_space(exc):
+            raise NoSpace(db) from exc
+        raise

@@ -1,38 +1,41 @@
 """Writing MLflow runs from the driver alone: one parent run per suite of an invocation (its config, headline metrics,
-tables and figures) and one nested run per unit (its settings, records as named metrics, training curves as steps,
-figures), each logged in batches as the unit's result arrives, so the store is never written concurrently."""
+tables and figures) and one nested run per unit, started when the unit starts, fed its epoch curves as they arrive
+and ended with its records, checkpoint and true duration, so the store is never written concurrently. Every run
+carries the driver's host, pid and process start, so a run left RUNNING by a killed driver is found and closed."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
-import re
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from capsbench.errors import NoSpace, is_no_space
 from capsbench.tracking.environment import process_tags
+from capsbench.tracking.metrics import CURVES, Metric, curve_metrics, metric_key, record_metrics
 from capsbench.tracking.store import open_experiment, recover_stale_runs
+from capsbench.util.uris import sqlite_path
 
+log = logging.getLogger(__name__)
 BATCH = 900  # MLflow accepts up to 1000 metrics (and 100 params) per log_batch call
 PARAM_BATCH = 90
-CURVES = {
-    "train_loss": "train/loss",
-    "train_accuracy": "train/accuracy",
-    "val_accuracy": "val/accuracy",
-    "lr": "train/lr",
-}
-_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /]")
+CHECKPOINT_DIR = "checkpoint"  # artifact folder of a unit's checkpoint file
 
 
 class UnitIdentity(Protocol):
     """What the writer reads of a unit's spec (capsbench.run.units.UnitSpec)."""
 
     name: str
+    key: str
     model: str
     seed: int
     dataset: str
     variant: dict[str, Any]
+    config: dict[str, Any]
 
 
 class LoggedUnit(Protocol):
@@ -51,26 +54,19 @@ class LoggedUnit(Protocol):
     host: str
 
 
-def metric_key(record: dict[str, Any], columns: Iterable[str]) -> str:
-    """The MLflow name of a record: its metric and sweep coordinates, e.g. robust_accuracy.pgd.eps_0.1 (text values
-    as they are, numbers as <column>_<value>), with anything MLflow does not accept replaced by '_'."""
-    parts = [record["metric"]]
-    for col in columns:
-        value = record.get(col)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            continue
-        parts.append(
-            f"{col}_{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
-        )
-    return _UNSAFE.sub("_", ".".join(parts))
+def now_ms() -> int:
+    """The current time as MLflow stores it (milliseconds since the epoch)."""
+    return int(time.time() * 1000)
 
 
 class Tracker:
-    """MLflow runs of one invocation; every method is a no-op when tracking is disabled."""
+    """MLflow runs of one invocation; every method is a no-op when tracking is disabled. A full disk under the store
+    or its artifacts is one NoSpace error naming the path."""
 
     def __init__(self, *, uri: str, experiment: str, artifact_root: Path, enabled: bool = True) -> None:
         self.uri, self.experiment, self.artifact_root, self.enabled = uri, experiment, artifact_root, enabled
         self.open_parents: list[str] = []
+        self.open_units: list[str] = []
         self._client: Any = None
         self._experiment_id: str | None = None
 
@@ -82,88 +78,153 @@ class Tracker:
 
         self._experiment_id = open_experiment(self.uri, self.experiment, self.artifact_root)
         self._client = MlflowClient(self.uri)
-        recover_stale_runs(self.uri, self._experiment_id, process_tags()["host"])
+        with self._writes():
+            recover_stale_runs(self.uri, self._experiment_id, process_tags()["host"])
 
     def start_parent(self, name: str, params: dict[str, Any], tags: dict[str, str], config_yaml: str) -> str | None:
         if not self.enabled:
             return None
         self.open()
-        run = self._client.create_run(self._experiment_id, run_name=name, tags={**tags, **process_tags()})
-        run_id = run.info.run_id
-        self.open_parents.append(run_id)
-        self._batch(run_id, params=params)
-        self._client.log_text(run_id, config_yaml, "config.yaml")
+        with self._writes():
+            run = self._client.create_run(self._experiment_id, run_name=name, tags={**tags, **process_tags()})
+            run_id = run.info.run_id
+            self.open_parents.append(run_id)
+            self._batch(run_id, params=params)
+            self._client.log_text(run_id, config_yaml, "config.yaml")
         return run_id
 
-    def log_unit(
-        self, parent_id: str | None, result: LoggedUnit, tags: dict[str, str], columns: Iterable[str], *, reused: bool
-    ) -> None:
-        """One nested run for a finished (or failed) unit, created, filled and ended in one go."""
+    def start_unit(self, parent_id: str | None, spec: UnitIdentity, tags: dict[str, str], *, reused: bool,
+                   start_ms: int | None = None, host: str = "") -> str | None:
+        """The unit's nested run, RUNNING from `start_ms` (when the unit started, wherever it runs) on."""
         if not self.enabled:
-            return
-        spec = result.spec
-        run = self._client.create_run(
-            self._experiment_id,
-            run_name=spec.name.split("/", 1)[1],
-            tags={
-                **tags,
-                "mlflow.parentRunId": parent_id,
-                "model": spec.model,
-                "seed": str(spec.seed),
-                "unit.key": result.key,
-                "unit.reused": str(reused).lower(),
-                "unit.host": result.host,
-                **({"error": result.error[:5000]} if result.error else {}),
-            },
-        )
-        run_id = run.info.run_id
-        params = {"model": spec.model, "dataset": spec.dataset, "seed": spec.seed, **spec.variant, **result.params}
-        now = int(time.time() * 1000)
-        metrics = [(metric_key(r, columns), float(r["value"]), now, 0) for r in result.records]
-        metrics += [(k, float(v), now, 0) for k, v in result.metrics.items()]
-        metrics += [
-            (name, float(h[field]), now, int(h["epoch"]))
-            for h in result.curves
-            for field, name in CURVES.items()
-            if h.get(field) is not None
-        ]
-        self._batch(run_id, params=params, metrics=metrics)
-        for path in result.figures:
-            self._client.log_artifact(run_id, path, "figures")
-        self._client.set_terminated(run_id, status="FINISHED" if result.status == "done" else "FAILED")
+            return None
+        with self._writes():
+            run = self._client.create_run(
+                self._experiment_id,
+                start_time=start_ms or now_ms(),
+                run_name=spec.name.split("/", 1)[1],
+                tags={**tags, **process_tags(), "mlflow.parentRunId": parent_id, "model": spec.model,
+                      "seed": str(spec.seed), "unit.key": spec.key, "unit.reused": str(reused).lower(),
+                      **({"unit.host": host} if host else {})},
+            )
+            run_id = run.info.run_id
+            self.open_units.append(run_id)
+            params = {"model": spec.model, "dataset": spec.dataset, "seed": spec.seed, **spec.variant,
+                      "threads": spec.config.get("threads")}
+            self._batch(run_id, params=params)
+        return run_id
 
-    def finish_parent(self, run_id: str | None, metrics: dict[str, float], artifacts: Iterable[Path]) -> None:
-        """Headline metrics and the suite's files, then FINISHED."""
+    def log_epoch(self, run_id: str | None, row: dict[str, Any], at_ms: int | None = None) -> None:
+        """One epoch of a unit's training (epoch, train_loss, train_accuracy, val_accuracy, lr) as it happens."""
         if not self.enabled or run_id is None:
             return
-        now = int(time.time() * 1000)
-        self._batch(run_id, metrics=[(k, v, now, 0) for k, v in metrics.items()])
-        for path in artifacts:
-            self._client.log_artifact(run_id, str(path), "figures" if path.parent.name == "figures" else None)
-        self._client.set_terminated(run_id, status="FINISHED")
+        with self._writes():
+            self._batch(run_id, metrics=curve_metrics([row], at_ms or now_ms()))
+
+    def end_unit(self, run_id: str | None, result: LoggedUnit, columns: Iterable[str], *,
+                 streamed: Collection[int] = ()) -> None:
+        """The unit's records (with n and intervals), settings, curves not streamed yet, figures and checkpoint, then
+        FINISHED or FAILED (with the error as a tag) at the true end time."""
+        if not self.enabled or run_id is None:
+            return
+        now = now_ms()
+        with self._writes():
+            tags = {"unit.host": result.host} if result.host else {}
+            if result.error:
+                tags["error"] = result.error[:5000]
+            for key, value in tags.items():
+                self._client.set_tag(run_id, key, value)
+            metrics = record_metrics(result.records, columns, now)
+            metrics += [(k, float(v), now, 0) for k, v in result.metrics.items()]
+            metrics += curve_metrics(result.curves, now, skip=streamed)
+            self._batch(run_id, params=result.params, metrics=metrics)
+            for path in result.figures:
+                self._client.log_artifact(run_id, path, "figures")
+            if result.status == "done":
+                self._log_checkpoint(run_id, result.params)
+            self._client.set_terminated(run_id, status="FINISHED" if result.status == "done" else "FAILED",
+                                        end_time=now)
+        self.open_units.remove(run_id)
+
+    def log_unit(self, parent_id: str | None, result: LoggedUnit, tags: dict[str, str], columns: Iterable[str], *,
+                 reused: bool) -> None:
+        """A unit's nested run created and ended in one go (a unit an earlier run finished: nothing ran now)."""
+        run_id = self.start_unit(parent_id, result.spec, tags, reused=reused)
+        self.end_unit(run_id, result, columns)
+
+    def finish_parent(self, run_id: str | None, metrics: dict[str, float], artifacts: Iterable[Path], *,
+                      failed: str | None = None) -> None:
+        """Headline metrics and the suite's files (records.csv's sha256 as a tag, checked by `report`), then FINISHED,
+        or FAILED with `failed` as its error tag when some of its units failed."""
+        if not self.enabled or run_id is None:
+            return
+        now = now_ms()
+        with self._writes():
+            self._batch(run_id, metrics=[(k, v, now, 0) for k, v in metrics.items()])
+            for path in artifacts:
+                self._client.log_artifact(run_id, str(path), "figures" if path.parent.name == "figures" else None)
+                if path.name == "records.csv":
+                    self._client.set_tag(run_id, "records.sha256", hashlib.sha256(path.read_bytes()).hexdigest())
+            if failed:
+                self._client.set_tag(run_id, "error", failed[:5000])
+            self._client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=now)
         self.open_parents.remove(run_id)
 
     def end_open(self, status: str, error: str | None = None) -> None:
-        """End every parent still open: KILLED on Ctrl-C, FAILED (with the error as a tag) on an exception."""
-        for run_id in list(self.open_parents):
-            if error:
-                self._client.set_tag(run_id, "error", error[:5000])
-            self._client.set_terminated(run_id, status=status)
-            self.open_parents.remove(run_id)
+        """End every run still open, nested ones first: KILLED on Ctrl-C or SIGTERM, FAILED (with the error as a tag)
+        on an exception."""
+        from mlflow.exceptions import MlflowException
+        from sqlalchemy.exc import SQLAlchemyError
 
-    def _batch(
-        self,
-        run_id: str,
-        *,
-        params: dict[str, Any] | None = None,
-        metrics: list[tuple[str, float, int, int]] | None = None,
-    ) -> None:
-        from mlflow.entities import Metric, Param
+        if self._client is None:
+            return
+        for run_id in [*self.open_units, *self.open_parents]:
+            try:
+                if error:
+                    self._client.set_tag(run_id, "error", error[:5000])
+                self._client.set_terminated(run_id, status=status)
+            except (MlflowException, SQLAlchemyError, OSError) as exc:  # e.g. the disk that stopped the run is full
+                log.warning("could not mark run %s %s (%s); the next run in this store marks it KILLED", run_id,
+                            status, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        self.open_units.clear()
+        self.open_parents.clear()
+
+    def _log_checkpoint(self, run_id: str, params: dict[str, Any]) -> None:
+        """The unit's checkpoint as an artifact, once per experiment: a run whose checkpoint another run already holds
+        gets a `checkpoint.run` tag naming that run instead of a second copy."""
+        key, path = params.get("checkpoint.key"), params.get("checkpoint.path")
+        if not key or not path or not Path(path).is_file():  # nothing trained, or trained on a host without this disk
+            return
+        holders = self._client.search_runs([self._experiment_id], filter_string=f"tags.`checkpoint.logged` = '{key}'",
+                                           max_results=1)
+        if holders:
+            self._client.set_tag(run_id, "checkpoint.run", holders[0].info.run_id)
+            return
+        self._client.log_artifact(run_id, str(path), CHECKPOINT_DIR)
+        self._client.set_tag(run_id, "checkpoint.logged", key)
+        self._client.set_tag(run_id, "checkpoint.run", run_id)
+
+    @contextmanager
+    def _writes(self) -> Iterator[None]:
+        """A full disk while MLflow writes becomes NoSpace naming the file (the store, or an artifact's path)."""
+        from mlflow.exceptions import MlflowException
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            yield
+        except (OSError, MlflowException, SQLAlchemyError) as exc:
+            if is_no_space(exc):
+                raise NoSpace(getattr(exc, "filename", None) or sqlite_path(self.uri) or self.artifact_root) from exc
+            raise
+
+    def _batch(self, run_id: str, *, params: dict[str, Any] | None = None, metrics: list[Metric] | None = None) -> None:
+        from mlflow.entities import Metric as MlflowMetric
+        from mlflow.entities import Param
 
         items = [Param(k, _param(v)) for k, v in (params or {}).items()]
         for i in range(0, len(items), PARAM_BATCH):
             self._client.log_batch(run_id, params=items[i : i + PARAM_BATCH])
-        values = [Metric(k, v, t, s) for k, v, t, s in (metrics or []) if math.isfinite(v)]
+        values = [MlflowMetric(k, v, t, s) for k, v, t, s in (metrics or []) if math.isfinite(v)]
         for i in range(0, len(values), BATCH):
             self._client.log_batch(run_id, metrics=values[i : i + BATCH])
 
@@ -171,3 +232,6 @@ class Tracker:
 def _param(v: Any) -> str:
     text = str(v)
     return text if len(text) <= 6000 else text[:5997] + "..."
+
+
+__all__ = ["CURVES", "LoggedUnit", "Tracker", "UnitIdentity", "metric_key", "now_ms"]

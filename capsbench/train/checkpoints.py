@@ -1,6 +1,7 @@
 """Content-addressed checkpoint cache with atomic writes: a file is either complete or absent. A file that cannot
-be read (truncated, garbage) is moved aside and reported, never loaded unsafely; each checkpoint has a JSON
-sidecar describing it, so the cache can be listed without torch."""
+be read (truncated, garbage), or whose weights do not fit the model it is keyed for (missing or unexpected keys, other
+shapes), is moved aside and reported, never loaded; each checkpoint has a JSON sidecar describing it, so the cache can
+be listed without torch."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import pickle
 import warnings
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -57,17 +59,19 @@ class CheckpointCache:
     def sidecar_path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
-    def load(self, key: str) -> dict[str, Any] | None:
-        """The finished checkpoint, or None when absent or unreadable (then moved aside). Writes a missing sidecar."""
-        payload = self._load(self.path(key), FINISHED_KEYS, "training again")
+    def load(self, key: str, expected: Mapping[str, torch.Tensor] | None = None) -> dict[str, Any] | None:
+        """The finished checkpoint, or None when absent, unreadable, or (given the model's own state dict `expected`)
+        of weights that do not fit the model; such a file is moved aside. Writes a missing sidecar."""
+        payload = self._load(self.path(key), FINISHED_KEYS, "training again", "state_dict", expected)
         if payload is None:
             self.sidecar_path(key).unlink(missing_ok=True)
         elif not self.sidecar_path(key).exists():
             self._write_sidecar(key, payload["meta"])
         return payload
 
-    def load_partial(self, key: str) -> dict[str, Any] | None:
-        return self._load(self.partial_path(key), PARTIAL_KEYS, "training from the first epoch")
+    def load_partial(self, key: str, expected: Mapping[str, torch.Tensor] | None = None) -> dict[str, Any] | None:
+        """Resumable training state, or None (moved aside when unreadable or not fitting the model, as load)."""
+        return self._load(self.partial_path(key), PARTIAL_KEYS, "training from the first epoch", "model", expected)
 
     def save(self, key: str, payload: dict[str, Any]) -> Path:
         save_torch(payload, self.path(key))
@@ -89,7 +93,8 @@ class CheckpointCache:
         )
 
     @staticmethod
-    def _load(path: Path, required: tuple[str, ...], then: str) -> dict[str, Any] | None:
+    def _load(path: Path, required: tuple[str, ...], then: str, weights: str,
+              expected: Mapping[str, torch.Tensor] | None) -> dict[str, Any] | None:
         if not path.exists():
             return None
         try:
@@ -106,11 +111,41 @@ class CheckpointCache:
         if missing:
             _quarantine(path, f"it lacks {', '.join(missing)}", then)
             return None
+        misfit = None if expected is None else state_mismatch(expected, payload[weights])
+        if misfit is not None:
+            _quarantine(path, f"its weights do not fit the model: {misfit}", then)
+            return None
         return payload
+
+
+def state_mismatch(expected: Mapping[str, torch.Tensor], found: Any) -> str | None:
+    """Why the state dict `found` cannot be loaded strictly into a model whose own state dict is `expected` (keys
+    missing or unexpected, tensors of other shapes), or None when it fits: the checks load_state_dict(strict=True)
+    makes, told before loading instead of as its RuntimeError."""
+    if not isinstance(found, Mapping):
+        return f"it holds a {type(found).__name__}, not a state dict"
+    problems = []
+    if missing := [k for k in expected if k not in found]:
+        problems.append(f"missing {_some(missing)}")
+    if unexpected := [k for k in found if k not in expected]:
+        problems.append(f"unexpected {_some(unexpected)}")
+    shapes = [f"{k} {_shape(found[k])} instead of {_shape(v)}" for k, v in expected.items()
+              if k in found and _shape(found[k]) != _shape(v)]
+    if shapes:
+        problems.append(f"shape {_some(shapes)}")
+    return "; ".join(problems) or None
+
+
+def _shape(value: Any) -> str:
+    return str(tuple(value.shape)) if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+
+
+def _some(items: list[str], shown: int = 3) -> str:
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def _quarantine(path: Path, reason: str, then: str) -> None:
     """Move an unreadable checkpoint to <name>.corrupt-<UTC time> (kept for inspection) and say so once."""
     aside = path.with_name(f"{path.name}.corrupt-{utc_stamp()}")
     path.replace(aside)
-    log.warning("checkpoint %s cannot be read (%s); moved it to %s, %s", path, reason, aside, then)
+    log.warning("checkpoint %s cannot be used (%s); moved it to %s, %s", path, reason, aside, then)

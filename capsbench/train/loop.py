@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -52,6 +52,7 @@ def fit(
     seed: int,
     resume: dict[str, Any] | None = None,
     save_progress=None,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
     desc: str = "train",
 ) -> dict[str, Any]:
     """Trains with train.optimizer (Adam by default) and its lr schedule; returns history and loads the
@@ -64,6 +65,9 @@ def fit(
     the same weights as an uninterrupted one. The training and validation splits are moved to the device
     once; batches are cut, converted and augmented there (with a generator on the device when the
     protocol allows it). train.compile and train.precision: see capsbench.train.step.
+
+    Each epoch's history row (epoch, train_loss, train_accuracy, val_accuracy, and lr: the scheduled learning rate
+    of that epoch, before warm-up scaling) goes to `on_epoch` as soon as the epoch is validated.
     """
     t, device = cfg.train, cfg.device
     check_train_settings(t, device)
@@ -100,14 +104,18 @@ def fit(
         epoch_seed = seed * 100_003 + epoch
         torch.manual_seed(epoch_seed)  # dropout and any other global-RNG use
         gen = torch.Generator(device=gen_device).manual_seed(epoch_seed)
+        lr = opt.param_groups[0]["lr"]  # this epoch's scheduled rate
         train_loss, train_acc = _train_epoch(
             step, on_device, cfg, protocol, gen, epoch=epoch, desc=f"{desc} e{epoch + 1}/{t.epochs}"
         )
         sched.step()
         val_acc = protocol.validation_score(model, on_device, batch_size=t.eval_batch_size, device=device)
         history.append(
-            {"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc}
+            {"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc, "val_accuracy": val_acc,
+             "lr": lr}
         )
+        if on_epoch is not None:
+            on_epoch(dict(history[-1]))
         log.info("%s epoch %d: loss %.4f train acc %.4f val acc %.4f", desc, epoch + 1, train_loss, train_acc, val_acc)
         if val_acc > best_acc:
             best_acc, best_epoch = val_acc, epoch + 1

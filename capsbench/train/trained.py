@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,9 +108,11 @@ def train_settings_identity(t: DictConfig) -> dict[str, Any]:
 
 
 def obtain_model(
-    cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol | None = None
+    cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol | None = None,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
 ) -> TrainedModel:
-    """The trained model from the cache when its key is there (and retrain is off), else train it now.
+    """The trained model from the cache when its key is there (and retrain is off), else train it now (each epoch's
+    history row to `on_epoch` as it is validated).
 
     cfg holds the unit's settings: train is already this model's own (model_train.<name> merged in by the planner).
     """
@@ -121,12 +124,12 @@ def obtain_model(
     model = create_model(name, **identity["model_args"]).to(cfg.device)
     if cfg.retrain:
         cache.discard(key)
-    elif (done := cache.load(key)) is not None:
+    elif (done := cache.load(key, expected=model.state_dict())) is not None:
         model.load_state_dict(done["state_dict"])
         log.info("%s seed %d: cached checkpoint %s", name, seed, cache.path(key))
         return TrainedModel(model, key, cache.path(key), done["meta"], cached=True)
 
-    resume = cache.load_partial(key)
+    resume = cache.load_partial(key, expected=model.state_dict())
     if resume is not None:
         log.info("%s seed %d: resuming after epoch %d", name, seed, resume["epoch"] + 1)
     start = time.perf_counter()
@@ -138,6 +141,7 @@ def obtain_model(
         seed=seed,
         resume=resume,
         save_progress=lambda state: cache.save_partial(key, state),
+        on_epoch=on_epoch,
         desc=f"{name} s{seed}",
     )
     meta.update(

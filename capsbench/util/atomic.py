@@ -1,16 +1,20 @@
-"""Atomic file writes: write a temporary file beside the target, fsync, rename. Readers never see half a file.
+"""Atomic file writes: write a temporary file beside the target, fsync, rename. Readers never see half a file, and a
+full disk is one NoSpace error naming the target and the space it needed.
 
 Files get the permissions of any new file under the user's umask (0644 under the usual 022), not mkstemp's 0600.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from capsbench.errors import NoSpace, is_no_space
 
 
 def _create_temporary(path: Path) -> tuple[int, Path]:
@@ -25,31 +29,41 @@ def _create_temporary(path: Path) -> tuple[int, Path]:
 
 
 @contextmanager
-def atomic_file(path: Path, mode: str = "w") -> Iterator[IO]:
-    """Open a temporary file for writing; on clean exit it replaces `path`, on any exception it vanishes."""
+def atomic_file(path: Path, mode: str = "w", size: int | None = None) -> Iterator[IO]:
+    """Open a temporary file for writing; on clean exit it replaces `path`, on any exception it vanishes. A full disk
+    raises NoSpace naming `path` and `size` (the bytes to be written, when the caller knows them)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temporary(path)
     try:
-        with os.fdopen(fd, mode) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # KeyboardInterrupt too: never leave a partial file behind
-        tmp.unlink(missing_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_temporary(path)
+        try:
+            with os.fdopen(fd, mode) as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # KeyboardInterrupt too: never leave a partial file behind
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        if is_no_space(exc):
+            raise NoSpace(path, size) from exc
         raise
 
 
 def write_text(path: Path, text: str) -> None:
     """Write `text` to `path` atomically."""
-    with atomic_file(path, "w") as fh:
-        fh.write(text)
+    data = text.encode()
+    with atomic_file(path, "wb", size=len(data)) as fh:
+        fh.write(data)
 
 
 def save_torch(obj: Any, path: Path) -> None:
-    """torch.save that leaves either the complete file or none."""
+    """torch.save that leaves either the complete file or none (serialised in memory first: its size is then known
+    when the disk is full)."""
     import torch  # here, not at the top: the torch-free CLI start-up imports this module
 
-    with atomic_file(path, "wb") as fh:
-        torch.save(obj, fh)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with atomic_file(path, "wb", size=buffer.getbuffer().nbytes) as fh:
+        fh.write(buffer.getbuffer())

@@ -119,10 +119,15 @@ def keyword_arguments(target: str) -> dict[str, Any]:
     raise ValueError(f"{target}: the class defines no __init__ of its own; registered classes declare their arguments")
 
 
-def class_literal(target: str, attribute: str) -> Any:
-    """The literal value of `attribute = ...` in the class body."""
+_REQUIRED = object()
+
+
+def class_literal(target: str, attribute: str, default: Any = _REQUIRED) -> Any:
+    """The literal value of `attribute = ...` in the class body; `default` when the class has none (else an error)."""
     module, cls = _class(target)
     for node in cls.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attribute for t in node.targets):
             return _literal(module, node.value)
+    if default is not _REQUIRED:
+        return default
     raise ValueError(f"{target}: no class attribute {attribute!r} assigned a literal")

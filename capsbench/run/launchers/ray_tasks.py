@@ -6,6 +6,9 @@ ray.cpus_per_unit CPUs and ray.gpus_per_unit GPUs. Ray retries a task up to ray.
 worker dies (a lost node costs only its tasks) and when it raises (retry_exceptions): a unit may hit a passing fault,
 such as another job's memory on its GPU. A CapsbenchError is not retried (remote.py). A unit whose tries are all
 spent is handed back failed; the other units go on.
+
+Events (a unit started, each training epoch) travel through a Ray queue actor: workers put them as they happen, and
+the driver drains the queue between waits (at least every POLL_SECONDS) and before it hands a result on.
 """
 
 from __future__ import annotations
@@ -26,32 +29,53 @@ from capsbench.run.units import UnitResult, UnitSpec, failed
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 import ray  # noqa: E402
 from ray.exceptions import RayError  # noqa: E402
+from ray.util.queue import Queue  # noqa: E402
+
+from capsbench.run.execute import Sink  # noqa: E402
+from capsbench.run.units import UnitEvent  # noqa: E402
 
 log = logging.getLogger(__name__)
+POLL_SECONDS = 1.0  # longest wait between looks at the event queue
+
+
+class QueueSink:
+    """Worker side: a unit's events put on the driver's queue actor. Losing an event never fails the unit."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def __call__(self, event: UnitEvent) -> None:
+        try:
+            self.queue.put(event.to_dict())
+        except RayError as exc:
+            log.warning("cannot send unit event to the driver (%s); the unit goes on", exc)
 
 
 class RayLauncher:
     """Runs units as Ray tasks and yields their results in the order they finish.
 
     Args:
-        cfg: the run config; reads threads (torch threads per task; None leaves Ray's OMP_NUM_THREADS, the task's
-            CPUs) and ray.* (launchers/settings.py).
+        cfg: the run config; reads threads (each unit runs with the spec's thread count, as on every launcher) and
+            ray.* (config/launch.py; cpus_per_unit defaults to that thread count, so Ray never runs more threads
+            than CPUs).
     """
 
     def __init__(self, cfg: DictConfig) -> None:
         self.settings = cfg.ray
+        self.threads = cfg.threads
 
     def task_options(self) -> dict[str, Any]:
         s = self.settings
-        return {"num_cpus": s.cpus_per_unit, "num_gpus": s.gpus_per_unit, "max_retries": s.max_retries,
+        cpus = s.cpus_per_unit if s.cpus_per_unit is not None else (self.threads or 1)
+        return {"num_cpus": cpus, "num_gpus": s.gpus_per_unit, "max_retries": s.max_retries,
                 "retry_exceptions": True}
 
-    def run(self, units: list[UnitSpec]) -> Iterator[UnitResult]:
+    def run(self, units: list[UnitSpec], on_event: Sink) -> Iterator[UnitResult]:
         if not units:
             return
         connected = self._connect()
         try:
-            yield from self._run(units)
+            yield from self._run(units, on_event)
         finally:
             if connected:
                 ray.shutdown()  # stops a Ray started here; from a cluster it only disconnects
@@ -70,23 +94,28 @@ class RayLauncher:
         log.info("Ray resources: %s", ray.cluster_resources())
         return True
 
-    def _run(self, units: list[UnitSpec]) -> Iterator[UnitResult]:
+    def _run(self, units: list[UnitSpec], on_event: Sink) -> Iterator[UnitResult]:
         options = self.task_options()
         train = ray.remote(remote.train_entry).options(**options, name="capsbench.train")
         measure = ray.remote(remote.measure_entry).options(**options, name="capsbench.unit")
+        queue = Queue(actor_options={"num_cpus": 0})
+        sink = QueueSink(queue)
         pending: dict[ray.ObjectRef, UnitSpec] = {}
         grouped = remote.groups(units)
         for group in grouped:
             if len(group) == 1:
-                pending[measure.remote(group[0].to_dict())] = group[0]
+                pending[measure.remote(group[0].to_dict(), None, sink)] = group[0]
                 continue
-            trained = train.remote(group[0].to_dict())
+            trained = train.remote(group[0].to_dict(), sink)
             for unit in group:
-                pending[measure.remote(remote.after_training(unit).to_dict(), trained)] = unit
+                pending[measure.remote(remote.after_training(unit).to_dict(), trained, sink)] = unit
         log.info("%d unit(s) submitted to Ray in %d group(s) by checkpoint", len(units), len(grouped))
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
+                _drain(queue, on_event)
+                if not ready:
+                    continue
                 unit = pending.pop(ready[0])
                 try:
                     answer = ray.get(ready[0])
@@ -99,3 +128,12 @@ class RayLauncher:
         finally:
             for ref in pending:  # the driver stopped early (a fatal error, Ctrl-C): free the cluster
                 ray.cancel(ref, force=True)
+            queue.shutdown()
+
+
+def _drain(queue: Queue, on_event: Sink) -> None:
+    """Hand every event waiting on the queue to the driver, oldest first."""
+    waiting = queue.qsize()
+    if waiting:
+        for item in queue.get_nowait_batch(waiting):
+            on_event(UnitEvent.from_dict(item))

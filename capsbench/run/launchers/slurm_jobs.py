@@ -3,7 +3,8 @@
 First wave, one job array: a training job per checkpoint that several units need (remote.groups) and a measuring job
 per unit that shares its checkpoint with none. When a training job finishes, its units' measuring jobs go out as
 another array. A job that fails (its exception, time limit, a lost node) is resubmitted up to slurm.max_retries times;
-then its units are handed back failed and the others go on. Jobs write their logs and pickles under slurm.folder.
+then its units are handed back failed and the others go on. Jobs write their logs and pickles under slurm.folder, and
+their units' events to slurm.folder/events/<unit key>.jsonl, which the driver reads at every poll.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import submitit
 from omegaconf import DictConfig
 
+from capsbench.run.execute import Sink
 from capsbench.run.launchers import remote
 from capsbench.run.units import UnitResult, UnitSpec, failed
 
@@ -50,12 +52,22 @@ class SlurmLauncher:
     def __init__(self, cfg: DictConfig) -> None:
         s = self.settings = cfg.slurm
         self.folder = Path(s.folder or Path(cfg.output_dir) / "slurm")
+        self._events: dict[str, remote.EventFile] = {}
         self.executor = submitit.AutoExecutor(folder=self.folder, cluster=s.cluster)
         self.executor.update_parameters(
             name="capsbench", timeout_min=s.time, gpus_per_node=s.gpus_per_unit, cpus_per_task=s.cpus_per_unit,
             slurm_partition=s.partition, slurm_array_parallelism=s.array_parallelism)
 
-    def run(self, units: list[UnitSpec]) -> Iterator[UnitResult]:
+    def events(self, unit: UnitSpec) -> remote.EventFile:
+        """The events file of `unit` (a training job writes to its group's first unit's), one reader per run; a file
+        an earlier run left is removed before the first job of this run writes to it."""
+        if unit.key not in self._events:
+            path = self.folder / "events" / f"{unit.key}.jsonl"
+            path.unlink(missing_ok=True)
+            self._events[unit.key] = remote.EventFile(path)
+        return self._events[unit.key]
+
+    def run(self, units: list[UnitSpec], on_event: Sink) -> Iterator[UnitResult]:
         queue = [Work("train", g) if len(g) > 1 else Work("measure", g) for g in remote.groups(units)]
         running: list[tuple[Any, Work]] = []
         try:
@@ -64,7 +76,10 @@ class SlurmLauncher:
                 time.sleep(POLL_SECONDS)
                 still = []
                 for job, work in running:
-                    if not job.done():
+                    done = job.done()  # before reading its events: an ended job has written all of them
+                    for event in self.events(work.units[0]).read_new():
+                        on_event(event)
+                    if not done:
                         still.append((job, work))
                         continue
                     yield from self._finished(job, work, queue)
@@ -82,7 +97,8 @@ class SlurmLauncher:
             return []
         for work in batch:
             work.tries += 1
-        jobs = self.executor.map_array(remote.job_entry, [w.kind for w in batch], [w.spec.to_dict() for w in batch])
+        jobs = self.executor.map_array(remote.job_entry, [w.kind for w in batch], [w.spec.to_dict() for w in batch],
+                                       [str(self.events(w.units[0]).path) for w in batch])
         log.info("submitted %d job(s) to %s: %s", len(jobs), self.settings.cluster, ", ".join(j.job_id for j in jobs))
         return list(zip(jobs, batch))
 

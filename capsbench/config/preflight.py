@@ -1,0 +1,103 @@
+"""Checks of the machine a run is about to use, before any work or write: the planned dataset's files (or a download
+host that answers), output and cache directories that can be written, and a remote tracking store that answers.
+Each failure is one CapsbenchError (exit 2); torch-free, and bounded by short timeouts (TIMEOUT_S each)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from omegaconf import DictConfig
+
+from capsbench.data.catalog import DATASETS
+from capsbench.errors import CapsbenchError
+from capsbench.util.uris import remote_address, sqlite_path
+
+TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time is taken as unreachable
+
+
+def check_before_work(cfg: DictConfig) -> None:
+    """Everything about the machine a `capsbench run` or `train` with this config needs (see module docstring)."""
+    check_data_files(cfg.dataset, cfg.data.root, download=cfg.data.download)
+    check_writable(cfg.output_dir, "output_dir")
+    check_writable(cfg.cache_dir, "cache_dir")
+    if cfg.tracking.enabled:
+        check_tracking(cfg.tracking.uri)
+
+
+def reachable(host: str, port: int, timeout: float = TIMEOUT_S) -> str | None:
+    """None when a TCP connection to host:port opens within `timeout` seconds (name lookup included), else why not.
+
+    The lookup and connection run in a daemon thread, so that a resolver that hangs (no network) costs `timeout` and
+    nothing more."""
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc.strerror or type(exc).__name__)
+
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return outcome[0] if outcome else f"no answer within {timeout:g} s"
+
+
+def check_data_files(dataset: str, root: str, *, download: bool) -> None:
+    """The dataset's declared files are under data.root, or data.download is on and its download host answers."""
+    spec = DATASETS.get(dataset)
+    missing = spec.missing_files(root)
+    if not missing:
+        return
+    shown = ", ".join(str(p.relative_to(root)) for p in missing[:2]) + (", ..." if len(missing) > 2 else "")
+    where = f"{len(missing)} file(s) of {dataset} missing under data.root={root} ({shown})"
+    by_hand = f"put them there (from {spec.source})" if spec.source else "put them there"
+    if spec.download_url is None:
+        raise CapsbenchError(f"{where}; capsbench cannot download them: {by_hand}, or point data.root= at a "
+                             "directory that has them")
+    if not download:
+        raise CapsbenchError(f"{where} and data.download=false: {by_hand}, point data.root= at a directory that "
+                             "has them, or allow data.download=true")
+    parts = urlsplit(spec.download_url)
+    problem = reachable(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+    if problem is not None:
+        raise CapsbenchError(f"{where}, and their download host {parts.hostname} cannot be reached ({problem}): "
+                             f"{by_hand} or run where the internet is reachable")
+
+
+def check_writable(directory: str, key: str, fix: str | None = None) -> None:
+    """`directory` (the setting `key`) is, or can be created as, a directory this process may write in."""
+    fix = fix or f"choose another {key}="
+    path = Path(directory)
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        what = f"{probe} is a file" if probe != path else "it is a file"
+        raise CapsbenchError(f"{key} {directory} cannot be used as a directory: {what}; {fix}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        inside = "" if probe == path else f" (it would be created inside {probe})"
+        raise CapsbenchError(f"{key} {directory} is not writable{inside}: read-only or not yours; {fix} or fix its "
+                             "permissions")
+
+
+def check_tracking(uri: str, *, reading: bool = False) -> None:
+    """A SQLite store's folder can be written (unless only `reading`); a remote store (server or database) answers
+    within TIMEOUT_S."""
+    db = sqlite_path(uri)
+    if db is not None:
+        if not reading:
+            check_writable(str(db.parent), "the MLflow store's folder", "choose another tracking.uri= or output_dir=")
+        return
+    address = remote_address(uri)
+    if address is None:
+        return
+    problem = reachable(*address)
+    if problem is not None:
+        raise CapsbenchError(f"tracking.uri={uri} cannot be reached ({problem}); start the tracking server, fix "
+                             "tracking.uri=, or set tracking.enabled=false to run without MLflow")
