@@ -19,7 +19,7 @@ from capsbench.reporting.claim_files import load_claims
 from capsbench.run import execute
 from capsbench.run.claims_plan import plan_claims
 from capsbench.run.claims_run import run_claims
-from capsbench.run.plan import plan
+from capsbench.run.plan import plan, unit_threads
 
 FASHION_CLAIM = """# A test fixture on real Fashion-MNIST, not a published claim: it exercises the plumbing only.
 source: {id: fixture, citation: "capsbench test fixture (not a published claim)"}
@@ -86,7 +86,9 @@ def test_units_share_keys_with_ordinary_runs(tmp_path: Path):
     ordinary `capsbench run suite=accuracy` measured is measured again."""
     common = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path}", "device=cpu"]
     p = plan_claims([*common, "claims=[sabour2017-mnist-r3]"])
-    ordinary = plan(compose([*common, "suite=accuracy", "models=[capsnet,cnn_sabour]", "seeds=[0,1,2]"]))
+    cfg = compose([*common, "suite=accuracy", "models=[capsnet,cnn_sabour]", "seeds=[0,1,2]"])
+    cfg.threads = unit_threads(cfg)  # as run_suites fixes it before planning
+    ordinary = plan(cfg)
     assert {u.key for u in p.units["sabour2017-mnist-r3"]} == {u.key for u in ordinary}
 
 

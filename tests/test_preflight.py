@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from capsbench.cli import app
 from capsbench.config import preflight
-from capsbench.data.catalog import DATASETS, missing_files
+from capsbench.data.catalog import DATASETS
+from capsbench.data.files import DATA_FILES, missing_files
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS, check_model_arguments
 from capsbench.models.ranges import check_value, parse_range
@@ -85,16 +86,16 @@ def test_missing_files_are_listed_per_dataset(tmp_path):
     (tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte.gz").write_bytes(b"")
     (tmp_path / "MNIST" / "raw" / "t10k-images-idx3-ubyte").write_bytes(b"")
     assert [p.name for p in missing_files("mnist", tmp_path)] == ["train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte"]
-    assert len(missing_files("smallnorb", tmp_path)) == 4 and DATASETS.get("smallnorb").download_url is None
-    assert all(DATASETS.get(n).files for n in DATASETS)  # every dataset declares what it reads
+    assert len(missing_files("smallnorb", tmp_path)) == 4 and DATA_FILES["smallnorb"].download_url is None
+    assert all(DATA_FILES[n].files for n in DATASETS)  # every dataset declares what it reads
 
 
 def test_dataset_offline_stops_in_seconds_naming_the_files(tmp_path, monkeypatch):
     """dataset=cifar10 with its files absent and its download host unreachable (an .invalid host never resolves)."""
     root = tmp_path / "data"
     root.mkdir()
-    offline = replace(DATASETS.get("cifar10"), download_url="https://capsbench-test.invalid/c.tgz")
-    monkeypatch.setitem(DATASETS._entries, "cifar10", offline)
+    offline = replace(DATA_FILES["cifar10"], download_url="https://capsbench-test.invalid/c.tgz")
+    monkeypatch.setitem(DATA_FILES, "cifar10", offline)
     start = time.monotonic()
     result = CliRunner().invoke(app, [*RUN, "dataset=cifar10", f"data.root={root}", f"output_dir={tmp_path / 'o'}"])
     assert time.monotonic() - start < 5 and result.exit_code == 2, result.output

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
-from capsbench.data.catalog import DATASETS
+from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
 from capsbench.util.uris import remote_address, sqlite_path
 
@@ -50,8 +50,8 @@ def reachable(host: str, port: int, timeout: float = TIMEOUT_S) -> str | None:
 
 def check_data_files(dataset: str, root: str, *, download: bool) -> None:
     """The dataset's declared files are under data.root, or data.download is on and its download host answers."""
-    spec = DATASETS.get(dataset)
-    missing = spec.missing_files(root)
+    spec = DATA_FILES[dataset]
+    missing = spec.missing(Path(root))
     if not missing:
         return
     shown = ", ".join(str(p.relative_to(root)) for p in missing[:2]) + (", ..." if len(missing) > 2 else "")

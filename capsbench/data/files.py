@@ -1,6 +1,7 @@
-"""The files each dataset (and the real affNIST test set) is read from, where to get them, and which of them are absent
-under a data root. Torch-free, so that a plan can list missing data before anything loads; the loaders keep their own
-lists (they are part of the checkpoints' code hash) and a test checks that both agree."""
+"""The files each dataset (and the real affNIST test set) is read from, where they are downloaded from and where to get
+them by hand, and which of them are absent under a data root. Torch-free, so that the checks before work and a claims
+plan can list missing data before anything loads; the loaders keep their own lists (they are part of the checkpoints'
+code hash) and a test checks that both agree."""
 
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ _NORB = tuple(
 class DataFiles:
     """What one data source needs under data.root: `folder`, then each of `files` (or the files of one of the
     `alternatives`, e.g. affNIST's single test.mat or its 32 batches); `gz`: name.gz stands for name; `torchvision`:
-    the torchvision class that downloads them (with data.download=true), else None; `source`: where to get them."""
+    the torchvision class that downloads them (with data.download=true), else None; `download_url`: the host it
+    fetches from (None: never downloaded); `source`: where to get them by hand."""
 
     folder: str
     files: tuple[str, ...]
     source: str
     gz: bool = False
     torchvision: str | None = None
+    download_url: str | None = None
     alternatives: tuple[tuple[str, ...], ...] = ()
 
     def missing(self, root: Path) -> list[Path]:
@@ -53,16 +56,19 @@ class DataFiles:
 
 
 DATA_FILES: dict[str, DataFiles] = {
-    "mnist": DataFiles("MNIST/raw", _IDX, "http://yann.lecun.com/exdb/mnist/", gz=True, torchvision="MNIST"),
+    "mnist": DataFiles("MNIST/raw", _IDX, "http://yann.lecun.com/exdb/mnist/", gz=True, torchvision="MNIST",
+                       download_url="https://ossci-datasets.s3.amazonaws.com/mnist/"),
     "fashion_mnist": DataFiles(
         "FashionMNIST/raw", _IDX, "https://github.com/zalandoresearch/fashion-mnist (Debian: dataset-fashion-mnist)",
-        torchvision="FashionMNIST",
+        torchvision="FashionMNIST", download_url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
     ),
     "cifar10": DataFiles(
         "cifar-10-batches-py", (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"),
         "https://www.cs.toronto.edu/~kriz/cifar.html (the python version)", torchvision="CIFAR10",
+        download_url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
     ),
-    "svhn": DataFiles("SVHN", ("train_32x32.mat", "test_32x32.mat"), "http://ufldl.stanford.edu/housenumbers/"),
+    "svhn": DataFiles("SVHN", ("train_32x32.mat", "test_32x32.mat"), "http://ufldl.stanford.edu/housenumbers/",
+                      download_url="http://ufldl.stanford.edu/housenumbers/"),
     "smallnorb": DataFiles("smallNORB", _NORB, "https://cs.nyu.edu/~ylclab/data/norb-v1.0-small/", gz=True),
     "affnist": DataFiles(
         "affNIST", ("test.mat",),

@@ -10,7 +10,6 @@ from omegaconf import DictConfig, OmegaConf
 from capsbench.config.per_model import model_trains
 from capsbench.run.units import UNIT_KEYS, UnitSpec
 from capsbench.suites import SUITES
-from capsbench.train.step import auto_threads
 
 TRAIN_COMMAND_SUITE = "accuracy"  # `capsbench train` trains what suite=accuracy would: the dataset's own protocol
 
@@ -56,4 +55,6 @@ def unit_threads(cfg: DictConfig) -> int:
         return int(cfg.slurm.cpus_per_unit)
     if cfg.launcher == "ray" and cfg.ray.cpus_per_unit is not None:
         return max(1, int(cfg.ray.cpus_per_unit))
+    from capsbench.train.step import auto_threads  # lazy: torch, which a plan that fails early never needs
+
     return auto_threads()
