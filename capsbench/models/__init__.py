@@ -42,6 +42,14 @@ class ModelSpec:
         """Every keyword argument the model accepts, with the value it gets by default (read without torch)."""
         return {name: self.defaults.get(name, default) for name, default in keyword_arguments(self.target).items()}
 
+    def accepted(self) -> list[str] | None:
+        """The argument names model_args.<model>.* may set (None: any, for a factory taking **kwargs)."""
+        return list(self.arguments())
+
+    def build(self, **kwargs: Any) -> Classifier:
+        """The model built with these constructor arguments (imports torch)."""
+        return self.cls(**kwargs)
+
 
 MODELS: Registry[ModelSpec] = Registry("model")
 
@@ -128,7 +136,9 @@ for _depth, _n, _size in ((20, 3, "0.27"), (56, 9, "0.85"), (110, 18, "1.7")):
 
 def check_model_arguments(name: str, overrides: dict[str, Any]) -> None:
     """Raise a CapsbenchError naming the valid arguments if `overrides` has one the model lacks."""
-    valid = MODELS.get(name).arguments()
+    valid = MODELS.get(name).accepted()
+    if valid is None:
+        return
     for key in overrides:
         if key not in valid:
             raise CapsbenchError(f"model {name!r} has no argument {key!r}: {close_matches(key, list(valid))}")
@@ -140,7 +150,7 @@ def create_model(name: str, **overrides: Any) -> Classifier:
     spec = MODELS.get(name)
     kwargs = {**spec.defaults, **overrides}
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-    return spec.cls(**kwargs)
+    return spec.build(**kwargs)
 
 
 def list_models() -> list[str]:
