@@ -19,8 +19,10 @@ from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.baselines import load_baselines, matching
 from capsbench.reporting.outputs import write_outputs
+from capsbench.run.external import weights_notes
 from capsbench.run.launchers import make_launcher
 from capsbench.run.plan import plan
+from capsbench.run.preflight import preflight
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.suites import SUITES
@@ -57,6 +59,7 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
     """Measure every unit of the suites (sharing one output directory and launcher) and write their outputs."""
     first = cfgs[0]
     plans = {cfg.suite: plan(cfg) for cfg in cfgs}
+    preflight([u for units in plans.values() for u in units])  # outside code and weights meet data before any write
     store, tracker = UnitStore(first.output_dir), make_tracker(first)
     done: dict[str, UnitResult] = {}
     for cfg in cfgs:
@@ -133,7 +136,7 @@ def _finish(
             "see the log above, fix the cause and run the same command again"
         )
     out_dir = Path(cfg.output_dir) / cfg.suite
-    notes = suite_cls().notes(records, cfg.params) + [
+    notes = suite_cls().notes(records, cfg.params) + weights_notes(records) + [
         f"MISSING {r.spec.name}: the unit failed ({r.error}); rerun the same command to measure it" for r in missing
     ]
     paths = write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
