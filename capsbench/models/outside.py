@@ -54,6 +54,7 @@ class OutsideSpec:
     origin: str  # "register", "entry point of <dist> <version>", "instance"
     instance: Any = field(default=None, compare=False, repr=False)
     state_sha256: str | None = None  # the instance's state dict by content (capsbench.models.weights.state_sha256)
+    attributes_sha256: str | None = None  # the instance's plain attributes (capsbench.run.evaluate)
     defaults: dict[str, Any] = field(default_factory=dict)  # ModelSpec's: outside models take theirs from the source
 
     def __post_init__(self) -> None:
@@ -104,7 +105,9 @@ class OutsideSpec:
         if self.instance is not None:
             return adapt(copy.deepcopy(self.instance), name=self.alias, input_shape=shape, num_classes=classes)
         sig, obj = self.signature(), self.cls
-        passed = kwargs if sig.var_keyword else {k: v for k, v in kwargs.items() if k in sig.names}
+        # the dataset's channels and size only where named (a **kwargs factory gets num_classes and the user's own)
+        passed = {k: v for k, v in kwargs.items() if k in sig.names or sig.var_keyword
+                  and (k not in DIMENSIONS or k == "num_classes")}
         try:
             model = obj(**passed)
         except Exception as exc:  # the user's constructor raised: report where, in one line
@@ -117,14 +120,18 @@ class OutsideSpec:
         """The hash of Obj's module and the modules of its own package it imports (capsbench.util.hashing), or of
         the instance's class source; None when no source can be read (a class defined in a notebook cell)."""
         module = self.target.partition(":")[0]
+        code = None
         if self.instance is None or module != "__main__":
             files = source_identity([module])
-            if files[1]:
-                return files[0]
-        try:
-            return hashlib.sha256(inspect.getsource(type(self.instance)).encode()).hexdigest()
-        except (OSError, TypeError):
-            return None
+            code = files[0] if files[1] else None
+        if code is None and self.instance is not None:
+            try:
+                code = hashlib.sha256(inspect.getsource(type(self.instance)).encode()).hexdigest()
+            except (OSError, TypeError):
+                return None
+        if self.instance is None or code is None:
+            return code
+        return hashlib.sha256(f"{code}\n{self.attributes_sha256}".encode()).hexdigest()
 
 
 def register_alias(alias: str, target: str, where: str) -> OutsideSpec:
@@ -148,11 +155,12 @@ def register_alias(alias: str, target: str, where: str) -> OutsideSpec:
     return spec
 
 
-def register_instance(alias: str, instance: Any, state_sha256: str) -> OutsideSpec:
-    """Register a model instance under `alias`: units build a copy of it (its class and state, weights included)."""
+def register_instance(alias: str, instance: Any, state_sha256: str, attributes_sha256: str) -> OutsideSpec:
+    """Register a model instance under `alias`: units build a copy of it (its class and state, weights included);
+    its state dict's and plain attributes' hashes (with its class's source) are what its units are keyed by."""
     cls = type(instance)
     spec = OutsideSpec(f"{cls.__module__}:{cls.__name__}", alias, "instance", instance=instance,
-                       state_sha256=state_sha256)
+                       state_sha256=state_sha256, attributes_sha256=attributes_sha256)
     if alias in BUILT_INS:
         raise CapsbenchError(f"name={alias!r} is a built-in model; name your instance otherwise, e.g. {alias}_own")
     MODELS.replace(alias, spec)
@@ -217,19 +225,43 @@ def read_signature(target: str, where: str) -> Signature:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == name:
             init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-            return Signature({}, (), (), False) if init is None else _parameters(init.args, skip=1)
+            return _inherited(module, node, where) if init is None else _parameters(init.args, skip=1)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return _parameters(node.args, skip=0)
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
                     base = importlib.util.resolve_name("." * node.level + (node.module or ""), _package(module, path))
+                    if base.split(".")[0] != module.split(".")[0]:
+                        raise CapsbenchError(f"{where}: {name} comes from {base}, another package; register it there")
                     return read_signature(f"{base}:{alias.name}", where)
+    for node in tree.body:  # `from .resnet import *`, as torchvision.models does
+        if isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["*"]:
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), _package(module, path))
+            if base.split(".")[0] == module.split(".")[0]:
+                try:
+                    return read_signature(f"{base}:{name}", where)
+                except CapsbenchError:
+                    continue
     defined = sorted(n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)))
     raise CapsbenchError(
         f"{where}: {module} ({path}) defines no class or function {name!r} at its top level "
         f"(it defines: {', '.join(defined) or 'none'})"
     )
+
+
+def _inherited(module: str, node: ast.ClassDef, where: str) -> Signature:
+    """The signature of the first base class, of the same top-level package, that has one (a class without an
+    __init__ of its own takes its base's); none for a class built on outside bases alone (nn.Module)."""
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            try:
+                found = read_signature(f"{module}:{base.id}", where)
+            except CapsbenchError:  # a base imported from another package (torch.nn.Module): not followed
+                continue
+            if found.names or found.var_keyword:
+                return found
+    return Signature({}, (), (), False)
 
 
 def _package(module: str, path: Path) -> str:

@@ -18,6 +18,8 @@ from capsbench.models.failures import where_failed
 
 RANGE_GAP = 0.2  # accuracy another input scaling must beat [0, 1] pixels by for the range check to fail
 SCALINGS = ("standardised (x - mean) / std", "0..255")
+CUT = ("its logits do not depend on the input differentiably: something in the forward pass cuts the graph "
+       "(.detach(), argmax, .item(), integer casts)")
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,10 @@ def gradient_finding(model: Classifier, images: torch.Tensor, labels: torch.Tens
     model.eval()
     loss = F.cross_entropy(model(x).logits, labels)
     if not loss.requires_grad:
-        return Finding("input gradients", False, "its logits do not depend on the input differentiably: something in "
-                       "the forward pass cuts the graph (.detach(), argmax, .item(), integer casts)")
-    (grad,) = torch.autograd.grad(loss, x)
+        return Finding("input gradients", False, CUT)
+    (grad,) = torch.autograd.grad(loss, x, allow_unused=True)
+    if grad is None:
+        return Finding("input gradients", False, CUT)
     if not torch.isfinite(grad).all():
         return Finding("input gradients", False, "input gradients contain NaN or inf: guard divisions and square "
                        "roots in the forward pass (e.g. sqrt(|s|^2 + eps) in the squash)")
@@ -113,8 +116,8 @@ def hook_findings(model: Classifier, images: torch.Tensor, name: str) -> list[Fi
     out, found = forward(model, images, name), []
     if out.pre_squash is not None:
         norms = out.pre_squash.norm(dim=-1)
-        same = norms.shape == out.scores.shape and torch.equal(norms.argsort(1, stable=True),
-                                                               out.scores.argsort(1, stable=True))
+        same = norms.shape == out.scores.shape and torch.equal(norms.argsort(dim=1, stable=True),
+                                                               out.scores.argsort(dim=1, stable=True))
         found.append(Finding("pre_squash agrees with the lengths", same, "the pre_squash norms order the classes "
                              "differently from the lengths: pre_squash must be the class capsules whose squash gives "
                              "the lengths the model returns"))
