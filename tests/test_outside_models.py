@@ -179,3 +179,23 @@ def test_unit_keys_follow_the_weights_file_bytes_not_its_path(tmp_path):
         keys[path] = unit.key
         assert unit.variant == {"training": "external"} and len(unit.config["weights"]["sha256"]) == 64
     assert keys["a.pt"] == keys["moved/a.pt"] != keys["c.pt"]
+
+
+def test_capsbench_train_fine_tunes_outside_weights_under_a_key_of_their_own(tmp_path, monkeypatch):
+    from conftest import make_splits
+
+    from capsbench.run import execute
+    from capsbench.run.plan import training_unit
+
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    torch.manual_seed(3)
+    start = _built("byo_models.plain:PlainNet").module.state_dict()
+    torch.save(start, tmp_path / "w.pt")
+    settings = ["register.ext=byo_models.plain:PlainNet", "models=[ext]", "train.epochs=1", "train.lr=1e-12"]
+    scratch = execute.trained(training_unit(_compose(tmp_path, *settings), "ext", 0))
+    tuned = execute.trained(training_unit(_compose(tmp_path, *settings, f"weights.ext={tmp_path / 'w.pt'}"), "ext", 0))
+    assert tuned.key != scratch.key and len(tuned.meta["identity"]["init"]["weights_sha256"]) == 64
+    assert "init" not in scratch.meta["identity"]
+    for name, tensor in tuned.model.module.state_dict().items():  # lr 1e-12: still the weights it started from
+        assert torch.allclose(tensor, start[name], atol=1e-6), name
+    assert not torch.allclose(scratch.model.module.conv.weight, start["conv.weight"], atol=1e-3)

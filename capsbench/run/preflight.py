@@ -83,7 +83,7 @@ def check_model(cfg: DictConfig, name: str) -> CheckReport:
         findings += [determinism_finding(model, images, name), gradient_finding(model, images[:32], labels[:32]),
                      *hook_findings(model, images[:32], name)]
     macs = count_macs(model, tuple(images.shape[1:])).total_macs
-    return CheckReport(findings, parameter_counts(model)["total"], macs, trained)
+    return CheckReport(findings, parameter_counts(model)["total"], int(macs), trained)
 
 
 def _built(cfg: DictConfig, unit: UnitSpec, n: int) -> tuple[Classifier, torch.Tensor, torch.Tensor]:

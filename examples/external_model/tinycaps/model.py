@@ -21,8 +21,10 @@ def squash(s: torch.Tensor) -> torch.Tensor:
 
 
 class TinyCaps(nn.Module):
-    """Conv 9x9 -> primary capsules 9x9/2 -> class capsules by dynamic routing; returns a dict of lengths, poses and
-    pre_squash, and offers vote_logits(x). Inputs: (B, in_channels, image_size, image_size) in [0, 1]."""
+    """A small CapsNet: conv 9x9, primary capsules 9x9/2, class capsules by 3 iterations of dynamic routing.
+
+    Returns a dict of lengths, poses and pre_squash, and offers vote_logits(x). Inputs: (B, in_channels, image_size,
+    image_size) in [0, 1]."""
 
     def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10, conv_channels: int = 16,
                  primary_types: int = 8, primary_dim: int = 8, class_dim: int = 8, routing_iterations: int = 3):
