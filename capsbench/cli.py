@@ -196,6 +196,14 @@ def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
     typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
 
 
+def _arguments(spec: Any) -> dict[str, Any]:
+    """A model's arguments; for an outside model whose source cannot be read, why (it is still listed)."""
+    try:
+        return spec.arguments()
+    except CapsbenchError as exc:
+        return {"error": str(exc)}
+
+
 def _catalog(what: str) -> list[dict[str, Any]]:
     """Rows for `list models|datasets|suites`, read from the torch-free registries."""
     import dataclasses
@@ -208,7 +216,7 @@ def _catalog(what: str) -> list[dict[str, Any]]:
                 "name": n,
                 "description": MODELS.get(n).description,
                 "class": MODELS.get(n).target,
-                "arguments": MODELS.get(n).arguments(),
+                "arguments": _arguments(MODELS.get(n)),
                 "external": getattr(MODELS.get(n), "origin", None),
             }
             for n in MODELS
@@ -316,8 +324,7 @@ def check_model(
         cfg = compose([*register, *items, f"models=[{alias}]"], require_suite=False)
         from capsbench.run.preflight import check_model as run_checks  # heavy: only once the input is known to be good
 
-        _setup_logging(quiet=True)
-        report = run_checks(cfg, alias)
+        report = run_checks(cfg, alias)  # warnings only (Python's default): the lines below are the report
     except CapsbenchError as exc:
         _fail(str(exc))
     if fmt == "json":
