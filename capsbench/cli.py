@@ -348,7 +348,7 @@ def _check_target(name: str) -> tuple[str, list[str]]:
     from capsbench.models.outside import BUILT_INS  # lazy: torch-free, but --help does not need it
 
     alias = name.rpartition(":")[2].lower()
-    alias = f"{alias}_outside" if alias in BUILT_INS or not alias.isidentifier() else alias
+    alias = f"{alias}_own" if alias in BUILT_INS or not alias.isidentifier() else alias
     return alias, [f"register.{alias}={name}"]
 
 

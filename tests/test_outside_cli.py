@@ -155,6 +155,8 @@ def _centroid_weights(path: Path, mnist_root: Path) -> None:
     [
         ("byo_models.broken:WrongClasses", "FAIL scores shape: scores have shape (256, 5) for 256 images; expected "
                                            "(256, 10)"),
+        ("byo_models.broken:DisagreeingLogits", "FAIL argmax scores = argmax logits: the argmax of the scores and of "
+                                                "the logits differ on 256 of 256 images"),
         ("byo_models.broken:Random", "FAIL deterministic in eval mode: two eval-mode passes on the same images differ"),
         ("byo_models.broken:Detached", "FAIL input gradients: its logits do not depend on the input differentiably"),
         ("byo_models.broken:NaNGradient", "FAIL input gradients: input gradients contain NaN or inf"),

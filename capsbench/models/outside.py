@@ -41,7 +41,7 @@ class Signature:
     defaults: dict[str, Any]  # parameters with a literal default (what a unit key records)
     names: tuple[str, ...]  # every parameter, with a default or not
     required: tuple[str, ...]  # parameters without a default
-    var_keyword: bool  # takes **kwargs: passed every argument
+    var_keyword: bool  # takes **kwargs: passed num_classes and every model_args.<alias>.* given
 
 
 @dataclass(frozen=True)

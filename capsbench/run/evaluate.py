@@ -94,6 +94,7 @@ def _model(model: str | nn.Module, weights: str | Path | None, name: str | None)
     alias = model
     if ":" in model:
         alias = name or model.rpartition(":")[2].lower()
+        alias = f"{alias}_own" if alias in BUILT_INS and name is None else alias
         extra[f"register.{alias}"] = model
     if weights is not None:
         extra[f"weights.{alias}"] = str(weights)

@@ -74,3 +74,13 @@ class FailsToBuild(nn.Module):
     def __init__(self, num_classes=10):
         super().__init__()
         raise ValueError("no such layer size")
+
+
+class DisagreeingLogits(PlainNet):
+    """A ModelOutput whose logits rank the classes against its scores."""
+
+    def forward(self, x):
+        from capsbench.models import ModelOutput
+
+        logits = super().forward(x)
+        return ModelOutput(scores=logits.softmax(1), logits=-logits)
