@@ -10,6 +10,11 @@ if "torch" not in sys.modules:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from capsbench.models import create_model, list_models  # noqa: E402
+from capsbench.util.lazy import lazy_attributes  # noqa: E402
 from capsbench.util.version import __version__  # noqa: E402
 
-__all__ = ["__version__", "create_model", "list_models"]
+# the notebook API, imported (with torch, pandas and MLflow) on first use, so that the CLI starts without them
+__getattr__ = lazy_attributes(__name__, {"evaluate": "capsbench.run.evaluate:evaluate",
+                                         "Evaluation": "capsbench.run.evaluate:Evaluation"})
+
+__all__ = ["Evaluation", "__version__", "create_model", "evaluate", "list_models"]

@@ -225,6 +225,8 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
         except KeyboardInterrupt as exc:
             _interrupted(exc, "training resumes from its last finished epoch when you run the same command again")
     source = "cache" if trained.cached else "trained"
+    if "init" in trained.meta["identity"]:
+        source += f", fine-tuned from weights sha256:{trained.meta['identity']['init']['weights_sha256'][:16]}"
     typer.echo(
         f"{raw['model']} ({source}): best epoch {trained.meta['best_epoch']}, "
         f"validation accuracy {100 * trained.meta['best_val_accuracy']:.2f} %\ncheckpoint: {trained.path}"
@@ -263,6 +265,14 @@ def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
     typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
 
 
+def _arguments(spec: Any) -> dict[str, Any]:
+    """A model's arguments; for an outside model whose source cannot be read, why (it is still listed)."""
+    try:
+        return spec.arguments()
+    except CapsbenchError as exc:
+        return {"error": str(exc)}
+
+
 def _catalog(what: str) -> list[dict[str, Any]]:
     """Rows for `list models|datasets|suites`, read from the torch-free registries."""
     import dataclasses
@@ -275,7 +285,8 @@ def _catalog(what: str) -> list[dict[str, Any]]:
                 "name": n,
                 "description": MODELS.get(n).description,
                 "class": MODELS.get(n).target,
-                "arguments": MODELS.get(n).arguments(),
+                "arguments": _arguments(MODELS.get(n)),
+                "external": getattr(MODELS.get(n), "origin", None),
             }
             for n in MODELS
         ]
@@ -337,14 +348,79 @@ def list_(
         else:
             typer.echo(f"no checkpoints in {directory}", err=True)
         return
-    if overrides:
-        _fail(f"`capsbench list {what}` takes no key=value settings, got {' '.join(overrides)}")
+    if overrides and (what != "models" or not all(o.startswith(("register.", "config=")) for o in overrides)):
+        _fail(f"`capsbench list {what}` takes no key=value settings (models: register.<alias>= and config=), "
+              f"got {' '.join(overrides)}")
+    if what == "models":
+        from capsbench.config.outside import register_listed  # lazy: torch-free, but --help does not need it
+
+        try:
+            register_listed(list(overrides or []))
+        except CapsbenchError as exc:
+            _fail(str(exc))
     rows = _catalog(what)
     if fmt == "json":
         typer.echo(json.dumps(rows, indent=1, default=list))
         return
     for entry in rows:
-        typer.echo(f"{entry['name']:14s} {entry['description']}")
+        origin = f"[external, {entry['external']}: {entry['class']}] " if entry.get("external") else ""
+        typer.echo(f"{entry['name']:14s} {origin}{entry['description']}")
+
+
+@app.command(
+    name="check-model",
+    help="Check a model against the contract every suite relies on, on real test images: output shapes, argmax of "
+    "scores = argmax of logits, inputs in [0, 1] (normalisation inside the model), determinism in eval mode, finite "
+    "non-zero input gradients, capsule hooks that agree with the model; prints its parameters and MACs. Exit 0 when "
+    "every check passes, 1 when one fails (each failure one line saying what to change), 2 on bad input.\n\n"
+    "Examples:\n\n  capsbench check-model capsnet\n\n  capsbench check-model mypkg.caps:MyCaps weights=w.pt\n\n"
+    "  capsbench check-model mycaps register.mycaps=mypkg.caps:MyCaps weights=w.safetensors dataset=mnist",
+)
+def check_model(
+    name: Annotated[str, typer.Argument(help="a built-in model, an alias, or package.module:Class")],
+    overrides: Overrides = None,
+    fmt: Format = "text",
+) -> None:
+    """`capsbench check-model`: the model contract on a real batch."""
+    from capsbench.config.compose import compose, parse_overrides  # lazy: torch-free, but --help does not need it
+
+    _check_format(fmt)
+    try:
+        items = list(overrides or [])
+        alias, register = _check_target(name)
+        weights = parse_overrides(items).get("weights")
+        items = [i for i in items if not i.startswith("weights=")] + ([f"weights.{alias}={weights}"] if weights else [])
+        cfg = compose([*register, *items, f"models=[{alias}]"], require_suite=False)
+        from capsbench.run.model_trial import (
+            check_model as run_checks,  # heavy: only once the input is known to be good
+        )
+
+        report = run_checks(cfg, alias)  # warnings only (Python's default): the lines below are the report
+    except CapsbenchError as exc:
+        _fail(str(exc))
+    if fmt == "json":
+        typer.echo(json.dumps({"model": alias, "dataset": cfg.dataset, "passed": report.passed, "params": report.params,
+                               "macs": report.macs, "findings": [vars(f) for f in report.findings]}, indent=1))
+    else:
+        words = {True: "ok  ", False: "FAIL", None: "info"}
+        typer.echo(f"{alias} on {cfg.dataset}" + (f", weights {cfg.weights[alias]}" if weights else ", untrained"))
+        for f in report.findings:
+            typer.echo(f"{words[f.ok]} {f.check}" + (f": {f.text}" if f.ok is not True else ""))
+        typer.echo(f"cost: {report.params:,} parameters, {report.macs:,} MACs per image (FLOPs = 2 x MACs)")
+        failed = sum(f.ok is False for f in report.findings)
+        typer.echo("passed: the model can go through every suite" if report.passed else f"{failed} check(s) failed")
+    raise typer.Exit(0 if report.passed else 1)
+
+
+def _check_target(name: str) -> tuple[str, list[str]]:
+    """check-model's NAME as (alias, overrides registering it): a package.module:Class path gets an alias of its own."""
+    if ":" not in name:
+        return name, []
+    from capsbench.models.outside import BUILT_INS  # lazy: torch-free, but --help does not need it
+
+    alias = name.rpartition(":")[2].lower()
+    alias = f"{alias}_own" if alias in BUILT_INS or not alias.isidentifier() else alias
+    return alias, [f"register.{alias}={name}"]
 
 
 @app.command(

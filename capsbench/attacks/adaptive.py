@@ -65,7 +65,7 @@ class AdaptivePGD(PGD):
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:
         if not model.is_capsule:
             return "not a capsule model: it has no squash to pass straight through, so this would repeat pgd"
-        return None
+        return model.missing_adaptive_hooks(sample)
 
 
 class VoteAttack(PGD):

@@ -16,6 +16,7 @@ from platformdirs import user_cache_dir
 from yaml import YAMLError
 
 from capsbench.config.checks import check_train_precision, validate
+from capsbench.config.outside import check_outside, read_user_config, register_outside
 from capsbench.config.per_model import model_trains
 from capsbench.config.schema import BUDGETS, PER_MODEL, ReportConfig, RunConfig
 from capsbench.config.shape import check_shapes, describe_error
@@ -124,9 +125,12 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
     which imports torch. `show-config` leaves device=auto as it is.
     """
     raw = parse_overrides(overrides)
+    user_yaml, user_source = read_user_config(raw.pop("config", None))
+    if "suite" in raw:
+        user_yaml.pop("suite", None)  # the command line names the suite (compose_suites: one of the file's list)
     cli_layer = _cli_layer(raw)
-    suite_name = raw.get("suite")
-    budget = raw.get("budget", RunConfig.budget)
+    suite_name = raw.get("suite", user_yaml.get("suite"))
+    budget = raw.get("budget", user_yaml.get("budget", RunConfig.budget))
     if budget not in BUDGETS:
         raise CapsbenchError(f"unknown budget {budget!r}: {close_matches(budget, list(BUDGETS))}")
     if require_suite and not suite_name:
@@ -141,14 +145,17 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
         per_budget = suite_yaml.pop("budgets", {}) or {}
         cfg = _merge(cfg, suite_yaml, f"suites/{suite_name}.yaml")
         cfg = _merge(cfg, per_budget.get(budget, {}) or {}, f"suites/{suite_name}.yaml budgets.{budget}")
+    cfg = _merge(cfg, user_yaml, user_source)
     cfg = _merge(cfg, cli_layer, "the command line")
     try:
         explicit_root = _resolve_defaults(cfg)
+        register_outside(cfg)  # aliases and entry points, before any model name is checked
         trains = model_trains(cfg)
         validate(cfg, explicit_root=explicit_root, model_trains=trains)
         check = getattr(suite.params, "validate", None) if suite else None
         if check is not None:
             check(cfg)
+        check_outside(cfg)
     except OmegaConfBaseException as exc:  # e.g. an unresolvable ${...} interpolation in a value
         raise CapsbenchError(f"bad value: {describe_error(exc)}") from None
     if resolve_device:
@@ -169,7 +176,10 @@ def settle_device(cfg: DictConfig) -> None:
 
 def compose_suites(overrides: list[str], *, resolve_device: bool = True) -> list[DictConfig]:
     """One composed config per suite named by suite=NAME or suite=[A,B,...]; every other override applies to each."""
-    value = parse_overrides(overrides).get("suite", "")
+    raw = parse_overrides(overrides)
+    from_file = read_user_config(raw.get("config"))[0].get("suite") or ""
+    listed = f"[{','.join(map(str, from_file))}]" if isinstance(from_file, list) else str(from_file)
+    value = raw.get("suite") or listed
     if not value.startswith("["):
         return [compose(overrides, resolve_device=resolve_device)]
     names = [n.strip() for n in value.strip("[]").split(",") if n.strip()]

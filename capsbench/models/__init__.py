@@ -49,6 +49,14 @@ class ModelSpec:
         """The declared range of each constrained argument: the class's ARGUMENT_RANGES (optional), then the entry's."""
         return {**class_literal(self.target, "ARGUMENT_RANGES", {}), **self.ranges}
 
+    def accepted(self) -> list[str] | None:
+        """The argument names model_args.<model>.* may set (None: any, for a factory taking **kwargs)."""
+        return list(self.arguments())
+
+    def build(self, **kwargs: Any) -> Classifier:
+        """The model built with these constructor arguments (imports torch)."""
+        return self.cls(**kwargs)
+
 
 MODELS: Registry[ModelSpec] = Registry("model")
 
@@ -142,12 +150,12 @@ for _depth, _n, _size in ((20, 3, "0.27"), (56, 9, "0.85"), (110, 18, "1.7")):
 
 
 def check_model_arguments(name: str, overrides: dict[str, Any]) -> None:
-    """Raise a CapsbenchError naming the valid arguments if `overrides` has one the model lacks, or the declared range
-    of an argument whose value lies outside it."""
+    """Raise a CapsbenchError naming the valid arguments if `overrides` has one the model lacks (any name passes for
+    an outside factory taking **kwargs), or the declared range of an argument whose value lies outside it."""
     spec = MODELS.get(name)
-    valid = spec.arguments()
+    valid = spec.accepted()
     for key in overrides:
-        if key not in valid:
+        if valid is not None and key not in valid:
             raise CapsbenchError(f"model {name!r} has no argument {key!r}: {close_matches(key, list(valid))}")
     check_arguments(f"model_args.{name}", overrides, spec.argument_ranges())
 
@@ -158,7 +166,7 @@ def create_model(name: str, **overrides: Any) -> Classifier:
     spec = MODELS.get(name)
     kwargs = {**spec.defaults, **overrides}
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-    return spec.cls(**kwargs)
+    return spec.build(**kwargs)
 
 
 def list_models() -> list[str]:

@@ -62,6 +62,11 @@ class Classifier(nn.Module):
         coupling instead of routing. Models without votes raise NotApplicable with the reason."""
         raise NotApplicable(f"{type(self).__name__} has no capsule votes to average")
 
+    def missing_adaptive_hooks(self, sample: torch.Tensor) -> str | None:
+        """None when the capsule-adaptive PGD has something to attack on this capsule model (pre-squash class capsules,
+        or squashes the straight-through switch reaches), else why not; built-in capsule models have them."""
+        return None
+
 
 class NotApplicable(Exception):
     """An attack or surrogate that does not exist for a model; the message says why (recorded, never a crash)."""

@@ -18,6 +18,7 @@ UNCERTAINTY_COLUMNS = [
 ]  # accuracy records: images, 95 % Wilson interval, per image
 UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
 TRAINING = "training"  # "pgd", "affine", ... on every record of a model trained so (capsbench.run.plan.training_column)
+WEIGHTS = "weights_sha256"  # on every record of a model measured with weights trained elsewhere (training=external)
 
 
 def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
@@ -27,7 +28,7 @@ def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
     for col in [*RECORD_COLUMNS, *suite.sweep_columns]:
         if col not in frame:
             frame[col] = pd.NA
-    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED, TRAINING) if c in frame]
+    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED, TRAINING, WEIGHTS) if c in frame]
     return frame[[*RECORD_COLUMNS, *suite.sweep_columns, *extra]]
 
 

@@ -22,7 +22,9 @@ from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
 from capsbench.reporting.outputs import write_outputs
+from capsbench.run.external import weights_notes
 from capsbench.run.launchers import make_launcher
+from capsbench.run.model_trial import try_outside_models
 from capsbench.run.plan import plan, unit_threads
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
@@ -68,6 +70,7 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
             cfg.threads = unit_threads(cfg)
     first = cfgs[0]
     plans = {cfg.suite: plan(cfg) for cfg in cfgs}
+    try_outside_models([u for units in plans.values() for u in units])  # they meet data before any write
     tracker = make_tracker(first)
     code = {"code.hash": package_hash()}  # what unit keys hash: `report` never mixes runs of different code
     tags = {
@@ -201,7 +204,8 @@ def _finish(
         tracker.finish_parent(parent_id, {}, [], failed=failed or "no unit produced records")
         return SuiteResult(cfg.suite, [], {}, "", parent_id, missing)
     out_dir = Path(cfg.output_dir) / cfg.suite
-    notes = suite_cls().notes(records, cfg.params) + [f"MISSING {failure_line(r)}" for r in missing]
+    notes = suite_cls().notes(records, cfg.params) + weights_notes(records) + [
+        f"MISSING {failure_line(r)}" for r in missing]
     paths = write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
     paths["records.jsonl"] = out_dir / "records.jsonl"
     write_text(

@@ -19,10 +19,18 @@ from omegaconf import DictConfig, OmegaConf
 from capsbench.data import Splits, load_splits
 from capsbench.models import create_model
 from capsbench.reporting.figures import save_figure
+from capsbench.run.external import WEIGHTS_COLUMN, ensure_registered
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES, Context, Suite
+from capsbench.train.external import external_model, load_external
 from capsbench.train.step import auto_threads
-from capsbench.train.trained import TrainedModel, model_config, obtain_model, train_settings_identity
+from capsbench.train.trained import (
+    TrainedModel,
+    external_weights,
+    model_config,
+    obtain_model,
+    train_settings_identity,
+)
 
 log = logging.getLogger(__name__)
 Sink = Callable[[UnitEvent], None]  # where a unit's events go (the launcher's channel back to the driver)
@@ -42,6 +50,7 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
     Exceptions propagate: launchers decide about retries and failures."""
     emit(UnitEvent(spec.key, "started", host=platform.node()))
     start = time.perf_counter()
+    ensure_registered(spec.model, spec.config)  # an outside model, in a worker process that does not know it yet
     cfg = _process_settings(spec)
     suite = SUITES.get(spec.suite)()
     splits = load_data(cfg.dataset, cfg.data)
@@ -53,6 +62,8 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
                   batch_size=cfg.train.eval_batch_size, seed=spec.seed, protocol=protocol, resources=resources,
                   model_args=model_args)
     flag = {} if undertrained is None else {"undertrained": undertrained}
+    if (weights := external_weights(cfg)) is not None:
+        flag[WEIGHTS_COLUMN] = weights["sha256"]
     result.records = [
         {
             "suite": spec.suite,
@@ -78,20 +89,26 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
 
 def train_only(spec: UnitSpec, emit: Sink = _ignore) -> str | None:
     """Train (or find in the cache) the checkpoint the unit would measure, so that every unit sharing it finds it there;
-    its cache key, or None for a suite that trains nothing. Launchers run it once per training_group; its events are
-    those of `spec` (the group's first unit), whose run thus starts when its training does."""
-    if not SUITES.get(spec.suite).needs_training:
+    its cache key, or None for a suite that trains nothing or a unit measuring external weights as they are. Launchers
+    run it once per training_group; its events are those of `spec` (the group's first unit), whose run thus starts
+    when its training does."""
+    if not SUITES.get(spec.suite).needs_training or "weights" in spec.config:
         return None
     emit(UnitEvent(spec.key, "started", host=platform.node()))
     return trained(spec, emit).key
 
 
 def trained(spec: UnitSpec, emit: Sink = _ignore) -> TrainedModel:
-    """The trained model of a unit whose suite trains one (from the cache, or trained now)."""
+    """The trained model of a unit whose suite trains one (from the cache, or trained now; fine-tuned from its
+    external weights when it has some)."""
+    ensure_registered(spec.model, spec.config)
     cfg = _process_settings(spec)
     suite = SUITES.get(spec.suite)()
     splits = load_data(cfg.dataset, cfg.data)
-    return obtain_model(cfg, spec.model, spec.seed, splits, suite.protocol(cfg), on_epoch=_epochs(spec, emit))
+    weights = external_weights(cfg)
+    start = None if weights is None else functools.partial(load_external, name=spec.model, weights=weights)
+    return obtain_model(cfg, spec.model, spec.seed, splits, suite.protocol(cfg), on_epoch=_epochs(spec, emit),
+                        prepare=start)
 
 
 def training_group(spec: UnitSpec) -> str | None:
@@ -99,7 +116,7 @@ def training_group(spec: UnitSpec) -> str | None:
     checkpoint (model and its arguments, seed, dataset and training subsets, train settings, training protocol, cache).
     None for a suite that trains nothing. It mirrors training.training_identity; the code and versions are this one."""
     suite = SUITES.get(spec.suite)()
-    if not suite.needs_training:
+    if not suite.needs_training or "weights" in spec.config:
         return None
     cfg = spec.run_config()
     d = cfg.data
@@ -163,9 +180,14 @@ def _model(
     suite: Suite, cfg: DictConfig, spec: UnitSpec, splits: Splits, protocol: Any, result: UnitResult,
     on_epoch: Callable[[dict[str, float]], None],
 ) -> tuple[torch.nn.Module, dict[str, Any], bool | None]:
-    """A trained model from the checkpoint cache (or trained now), or a fresh seeded one for suites that need no
-    weights;
-    whether a trained one is undertrained (None: not trained). Fills the result's params, metrics and curves."""
+    """A trained model from the checkpoint cache (or trained now), one loaded from external weights, or a fresh seeded
+    one for suites that need no weights; whether a trained one is undertrained (None: not trained). Fills the
+    result's params, metrics and curves."""
+    if (weights := external_weights(cfg)) is not None:  # trained elsewhere: loaded, never trained here
+        args = model_config(cfg, spec.model, splits, protocol)
+        result.params = {"weights.path": weights["path"], "weights.sha256": weights["sha256"],
+                         **{f"model_args.{k}": v for k, v in args.items()}}
+        return external_model(cfg, spec.model, spec.seed, splits, protocol), args, None
     if not suite.needs_training:
         args = model_config(cfg, spec.model, splits, protocol)
         torch.manual_seed(spec.seed)

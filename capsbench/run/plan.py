@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from capsbench.config.per_model import model_trains
+from capsbench.run.external import EXTERNAL, outside_settings
 from capsbench.run.units import UNIT_KEYS, UnitSpec
 from capsbench.suites import SUITES
 
@@ -29,21 +30,24 @@ def plan(cfg: DictConfig) -> list[UnitSpec]:
     units = []
     for model in cfg.models:
         train = OmegaConf.to_container(trains[model], resolve=True)
+        outside = outside_settings(cfg, model)  # an outside model's source, external weights (not trained)
         for variant in suite.variants(cfg, model):
             model_args = {**(base["model_args"].get(model) or {}), **variant.model_args}
             config = {k: base[k] for k in UNIT_KEYS if k != "train"}
-            config.update(train=train, model_args={model: model_args})
-            columns = {**variant.columns, **(training_column(train) if suite.needs_training else {})}
+            config.update(train=train, model_args={model: model_args}, **outside)
+            trained_so = {"training": EXTERNAL} if "weights" in outside else training_column(train)
+            columns = {**variant.columns, **(trained_so if suite.needs_training or "weights" in outside else {})}
             units += [UnitSpec(cfg.suite, model, seed, columns, config) for seed in cfg.seeds]
     return units
 
 
 def training_unit(cfg: DictConfig, model: str, seed: int) -> UnitSpec:
-    """The unit whose checkpoint `capsbench train model=<model> seed=<seed>` trains (or finds in the cache)."""
+    """The unit whose checkpoint `capsbench train model=<model> seed=<seed>` trains (or finds in the cache); with
+    weights.<model>=PATH it fine-tunes them (a key of its own)."""
     base = OmegaConf.to_container(cfg, resolve=True)
     config: dict[str, Any] = {k: base[k] for k in UNIT_KEYS if k != "train"}
     config.update(suite=TRAIN_COMMAND_SUITE, params=None, model_args={model: base["model_args"].get(model) or {}},
-                  train=OmegaConf.to_container(model_trains(cfg)[model], resolve=True))
+                  train=OmegaConf.to_container(model_trains(cfg)[model], resolve=True), **outside_settings(cfg, model))
     return UnitSpec(TRAIN_COMMAND_SUITE, model, seed, {}, config)
 
 

@@ -51,6 +51,8 @@ class UnitSpec:
         """A hash of everything that determines the unit's records: its settings, capsbench's version and code."""
         settings = {k: v for k, v in self.config.items() if k not in NOT_IN_KEY}
         settings["data"] = {k: v for k, v in settings["data"].items() if k not in NOT_IN_KEY_DATA}
+        if "weights" in settings:  # external weights: by content (sha256), wherever the file lies
+            settings["weights"] = {k: v for k, v in settings["weights"].items() if k != "path"}
         blob = json.dumps({"suite": self.suite, "model": self.model, "seed": self.seed, "variant": self.variant,
                            "settings": settings, "capsbench": __version__, "code": package_hash()},
                           sort_keys=True, default=str)

@@ -59,7 +59,7 @@ def training_identity(
     that trains the model (its modules, the training loop, protocol and data pipeline) by content, wherever it lives
     (capsbench.util.hashing); which file has which hash is in the checkpoint's meta, source_files."""
     d = cfg.data
-    return {
+    identity = {
         "capsbench": __version__,
         "torch": str(torch.__version__),  # TorchVersion is not a str to a weights-only load
         "source": {"hash": training_source(name, splits, protocol)[0]},
@@ -76,6 +76,15 @@ def training_identity(
         "train": train_settings_identity(cfg.train),
         "seed": seed,
     }
+    if (init := external_weights(cfg)) is not None:  # fine-tuning weights trained elsewhere: only then, keys unchanged
+        identity["init"] = {"weights_sha256": init["sha256"]}
+    return identity
+
+
+def external_weights(cfg: DictConfig) -> dict[str, Any] | None:
+    """The unit's weights trained elsewhere ({"path", "sha256"}, capsbench.run.external), or None."""
+    weights = cfg.get("weights")
+    return dict(weights) if isinstance(weights, DictConfig) and "sha256" in weights else None
 
 
 def training_source(name: str, splits: Splits, protocol: TrainingProtocol) -> tuple[str, dict[str, str]]:
@@ -108,13 +117,19 @@ def train_settings_identity(t: DictConfig) -> dict[str, Any]:
 
 
 def obtain_model(
-    cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol | None = None,
+    cfg: DictConfig,
+    name: str,
+    seed: int,
+    splits: Splits,
+    protocol: TrainingProtocol | None = None,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    prepare: Callable[[Classifier], None] | None = None,
 ) -> TrainedModel:
     """The trained model from the cache when its key is there (and retrain is off), else train it now (each epoch's
     history row to `on_epoch` as it is validated).
 
     cfg holds the unit's settings: train is already this model's own (model_train.<name> merged in by the planner).
+    prepare: applied to the fresh model before it trains (fine-tuning: loads the weights it starts from).
     """
     protocol = protocol or default_protocol(cfg)
     identity = training_identity(cfg, name, seed, splits, protocol)
@@ -129,6 +144,8 @@ def obtain_model(
         log.info("%s seed %d: cached checkpoint %s", name, seed, cache.path(key))
         return TrainedModel(model, key, cache.path(key), done["meta"], cached=True)
 
+    if prepare is not None:  # e.g. load weights trained elsewhere, to fine-tune them (capsbench.train.external)
+        prepare(model)
     resume = cache.load_partial(key, expected=model.state_dict())
     if resume is not None:
         log.info("%s seed %d: resuming after epoch %d", name, seed, resume["epoch"] + 1)

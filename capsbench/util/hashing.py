@@ -34,6 +34,15 @@ def content_key(identity: dict[str, object]) -> str:
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (e.g. a weights file: its identity in unit and checkpoint keys)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _file(module: str, package_dir: Path) -> Path | None:
     """The source file of `module` (a package's __init__.py): under `package_dir` for capsbench's own modules, found
     by the import system for any other (importing its parent packages), or None."""

@@ -36,6 +36,10 @@ class Registry(Generic[T]):
 
         return decorator
 
+    def replace(self, name: str, obj: T) -> None:
+        """Register `obj` under `name`, replacing an entry of that name (outside models: the latest alias wins)."""
+        self._entries[name] = obj
+
     def get(self, name: str) -> T:
         if name not in self._entries:
             raise CapsbenchError(

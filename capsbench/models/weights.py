@@ -1,0 +1,84 @@
+"""Weights trained elsewhere: a PyTorch state dict (.pt / .pth, read with torch.load(weights_only=True), so the file
+cannot run code) or a .safetensors file, loaded strictly into the model: missing, unexpected or wrongly shaped keys are
+one error that lists them."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import nn
+
+from capsbench.errors import CapsbenchError
+from capsbench.models.adapter import OutsideModel
+
+# What torch.load(weights_only=True) raises on files it refuses or cannot read (as capsbench.train.checkpoints).
+UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, OSError)
+SHOWN = 5  # keys listed per kind in an error
+
+
+def read_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
+    """The tensors of a weights file, on the CPU; a {"state_dict": {...}} wrapper (as Lightning saves) is unwrapped."""
+    try:
+        if path.suffix == ".safetensors":
+            state = load_file(str(path), device="cpu")
+        else:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                state = torch.load(path, map_location="cpu", weights_only=True)
+    except (*UNREADABLE, SafetensorError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise CapsbenchError(
+            f"{where}: cannot read {path} as weights ({first}); save a state dict: "
+            "torch.save(model.state_dict(), 'w.pt') or safetensors.torch.save_file(model.state_dict(), 'w.safetensors')"
+        ) from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise CapsbenchError(
+            f"{where}: {path} holds a {type(state).__name__}, not a state dict of tensors; save "
+            "model.state_dict() rather than the model object"
+        )
+    return state
+
+
+def target_module(model: nn.Module) -> nn.Module:
+    """The module whose state dict a weights file holds: an outside model's own module, else the model."""
+    return model.module if isinstance(model, OutsideModel) else model
+
+
+def load_weights(model: nn.Module, path: Path, where: str, name: str) -> None:
+    """Load the file into the model strictly; one error lists every missing, unexpected and wrongly shaped key."""
+    target = target_module(model)
+    state, expected = read_state_dict(path, where), target.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [f"{k} (file {tuple(state[k].shape)}, model {tuple(expected[k].shape)})"
+              for k in expected if k in state and state[k].shape != expected[k].shape]
+    problems = [f"{what} {_listed(keys)}" for what, keys in
+                (("missing keys", missing), ("unexpected keys", unexpected), ("wrong shapes", shapes)) if keys]
+    if problems:
+        raise CapsbenchError(
+            f"{where} does not fit model {name!r}: {'; '.join(problems)}; save the state dict of the same class "
+            f"built with the same arguments (model_args.{name}.*)"
+        )
+    target.load_state_dict(state, strict=True)
+
+
+def state_sha256(module: nn.Module) -> str:
+    """A SHA-256 of a module's state dict by content: each tensor's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for key, tensor in sorted(module.state_dict().items()):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{key}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return digest.hexdigest()
+
+
+def _listed(keys: list[str]) -> str:
+    return ", ".join(keys[:SHOWN]) + (f" (+{len(keys) - SHOWN} more)" if len(keys) > SHOWN else "")

@@ -1,0 +1,101 @@
+"""Outside models and external weights meet real data before anything is measured or written: before a run, each is
+imported, built, loaded strictly and given one real batch (a bad module, weights file or output is one error, exit 2);
+`capsbench check-model` runs the whole contract (capsbench.run.model_check) and reports what the model costs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+
+from capsbench.cost.macs import count_macs, parameter_counts
+from capsbench.data import as_images
+from capsbench.errors import CapsbenchError
+from capsbench.models import Classifier, create_model
+from capsbench.run.execute import load_data
+from capsbench.run.external import ensure_registered
+from capsbench.run.model_check import (
+    Finding,
+    determinism_finding,
+    gradient_finding,
+    hook_findings,
+    input_range_finding,
+    output_findings,
+)
+from capsbench.run.plan import training_unit
+from capsbench.run.units import UnitSpec
+from capsbench.suites import SUITES
+from capsbench.train.external import external_model
+from capsbench.train.trained import external_weights, model_config
+
+TRIAL_IMAGES = 16  # test images each outside model sees before a run
+CHECK_IMAGES = 256  # test images `capsbench check-model` uses (the input-range check compares accuracies on them)
+
+
+def try_outside_models(units: list[UnitSpec]) -> None:
+    """Build every outside model and model with external weights of the units once per (model, arguments, weights,
+    data), on the CPU, and put the first test images through it; the first problem is a CapsbenchError."""
+    seen = set()
+    for unit in units:
+        if "outside" not in unit.config and "weights" not in unit.config:
+            continue
+        key = json.dumps([unit.model, unit.suite, unit.config.get("weights"), unit.config["model_args"],
+                          unit.dataset, unit.config["data"]], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        ensure_registered(unit.model, unit.config)
+        cfg = unit.run_config()
+        model, images, _ = _built(cfg, unit, TRIAL_IMAGES)
+        for finding in output_findings(model, images, load_data(cfg.dataset, cfg.data).spec.num_classes, unit.model):
+            if finding.ok is False:
+                raise CapsbenchError(f"model {unit.model!r} on {cfg.dataset}: {finding.text}")
+
+
+@dataclass
+class CheckReport:
+    """What `capsbench check-model` found, and what the model costs per image."""
+
+    findings: list[Finding]
+    params: int
+    macs: int
+    trained: bool
+
+    @property
+    def passed(self) -> bool:
+        return all(f.ok is not False for f in self.findings)
+
+
+def check_model(cfg: DictConfig, name: str) -> CheckReport:
+    """The whole contract of model `name` (with its weights.<name> file, if given) on cfg.dataset's first test
+    images."""
+    unit = training_unit(cfg, name, 0)
+    ensure_registered(name, unit.config)
+    unit_cfg = unit.run_config()
+    model, images, labels = _built(unit_cfg, unit, CHECK_IMAGES)
+    trained = external_weights(unit_cfg) is not None
+    findings = output_findings(model, images, load_data(unit_cfg.dataset, unit_cfg.data).spec.num_classes, name)
+    if all(f.ok for f in findings):
+        findings.append(input_range_finding(model, images, labels, name) if trained else
+                        Finding("inputs in [0, 1]", None, "not checked without trained weights (give weights=PATH)"))
+        findings += [determinism_finding(model, images, name), gradient_finding(model, images[:32], labels[:32]),
+                     *hook_findings(model, images[:32], name)]
+    macs = count_macs(model, tuple(images.shape[1:])).total_macs
+    return CheckReport(findings, parameter_counts(model)["total"], int(macs), trained)
+
+
+def _built(cfg: DictConfig, unit: UnitSpec, n: int) -> tuple[Classifier, torch.Tensor, torch.Tensor]:
+    """The unit's model on the CPU (external weights loaded, else freshly initialised) and the first n test images as
+    the model sees them, with their labels."""
+    cfg.device = "cpu"
+    splits = load_data(cfg.dataset, cfg.data)
+    protocol = SUITES.get(unit.suite)().protocol(cfg)
+    if external_weights(cfg) is not None:
+        model = external_model(cfg, unit.model, unit.seed, splits, protocol)
+    else:
+        torch.manual_seed(unit.seed)
+        model = create_model(unit.model, **model_config(cfg, unit.model, splits, protocol))
+    images = protocol.eval_inputs(as_images(splits.test_x[:n]))
+    return model.eval(), images, splits.test_y[:n]
