@@ -35,6 +35,7 @@ LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 def pgd_rows(
     objective: Objective, images: torch.Tensor, labels: torch.Tensor, eps: torch.Tensor, *, steps: int,
     step_size: torch.Tensor, loss: str, noise: torch.Tensor | None, early_exit: bool = True,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """L-inf PGD, one row per (image, eps): images (R, C, H, W) in [0, 1], labels (R,), eps and step_size (R,),
     noise (R, C, H, W) in [-1, 1] for a random start (scaled by eps) or None.
@@ -43,6 +44,8 @@ def pgd_rows(
     is never a success); a row is broken when any iterate is wrong. With
     early_exit a broken row leaves the batch at once (rows with eps = 0 after iterate 0): the same result, less work.
     Returns broken (R,) and adversarial images (R, C, H, W): the first breaking iterate, else the last.
+    on_step(row_steps, rows_left) follows the work: R row-steps per iterate judged, the iterates early exit skips at
+    the end, so that the calls add up to R * (steps + 1).
     """
     rows = torch.arange(len(images), device=images.device)
     shape = (-1,) + (1,) * (images.dim() - 1)
@@ -66,6 +69,7 @@ def pgd_rows(
         adversarial[live[newly]] = xa.detach()[newly]
         broken[live[newly]] = True
         if last:
+            _report(on_step, len(images), 0)
             break
         value = LOSSES[loss](judged.logits, labels[live])  # (B,)
         if judged.penalty is not None:
@@ -75,11 +79,17 @@ def pgd_rows(
         x[live] = torch.min(torch.max(stepped, lower[live]), upper[live])
         if early_exit:
             live = live[~broken[live] & (eps[live] > 0)]
-            if len(live) == 0:
-                break
+        _report(on_step, len(images) * (1 if len(live) else steps - t + 1), len(live))
+        if len(live) == 0:
+            break
     unbroken = ~broken
     adversarial[unbroken] = x[unbroken]
     return broken, adversarial
+
+
+def _report(on_step: Callable[[int, int], None] | None, row_steps: int, left: int) -> None:
+    if on_step is not None:
+        on_step(row_steps, left)
 
 
 class PGD(Attack):
@@ -121,22 +131,30 @@ class PGD(Attack):
         broken = torch.zeros(n * k, dtype=torch.bool, device=images.device)
         adversarial = images[image_of_row].clone()
         objectives = self.make_objectives(model, settings)
+        tally = _Tally(settings.progress, n * k * len(self._runs(objectives, settings)) * (self.steps(settings) + 1))
         for start in range(0, n * k, settings.batch_size):
             chunk = torch.arange(start, min(start + settings.batch_size, n * k), device=images.device)
             self._attack_chunk(objectives, images, labels, ids, image_of_row[chunk], eps_all[chunk], settings,
-                               broken, adversarial, chunk)
+                               broken, adversarial, chunk, tally)
         return AttackResult(
             broken={e: broken.view(n, k)[:, j] for j, e in enumerate(eps_values)},
             adversarial={e: adversarial.view(n, k, *images.shape[1:])[:, j] for j, e in enumerate(eps_values)},
         )
 
-    def _attack_chunk(self, objectives, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk):
+    def _runs(self, objectives: list[Objective], settings: AttackSettings) -> list[tuple[Objective, int, str]]:
+        return [(o, r, loss) for o in objectives for r in range(self.restarts(settings)) for loss in self.losses]
+
+    def _attack_chunk(self, objectives, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk,
+                      tally):
         """Every (objective, restart, loss) run attacks only the rows of this chunk that no earlier run broke."""
-        runs = [(o, r, loss) for o in objectives for r in range(self.restarts(settings)) for loss in self.losses]
-        for objective, restart, loss in runs:
+        runs = self._runs(objectives, settings)
+        per_run = len(chunk) * (self.steps(settings) + 1)  # row-steps of one run over the whole chunk
+        for i, (objective, restart, loss) in enumerate(runs):
             alive = ~broken[chunk]
             if not alive.any():
+                tally.skip(per_run * (len(runs) - i))
                 return
+            tally.skip(per_run - int(alive.sum()) * (self.steps(settings) + 1))  # rows an earlier run broke
             rows, img = chunk[alive], image_rows[alive]
             noise = None
             if self.random_start():
@@ -146,9 +164,25 @@ class PGD(Attack):
                                     stream=f"{loss}/{restart}", device=images.device)[inverse]
             hit, adv = pgd_rows(objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
                                 step_size=self.step_sizes(eps[alive], settings), loss=loss, noise=noise,
-                                early_exit=settings.early_exit)
+                                early_exit=settings.early_exit, on_step=tally.step)
             broken[rows] = hit
             adversarial[rows] = adv
+
+
+class _Tally:
+    """An attack's row-steps for AttackSettings.progress: done of total, and the rows the current run has left."""
+
+    def __init__(self, progress: Callable[[int, int, int], None] | None, total: int) -> None:
+        self.progress, self.total, self.done, self.left = progress, total, 0, 0
+
+    def step(self, row_steps: int, left: int) -> None:
+        self.done, self.left = self.done + row_steps, left
+        if self.progress is not None:
+            self.progress(self.done, self.total, left)
+
+    def skip(self, row_steps: int) -> None:
+        if row_steps:
+            self.step(row_steps, self.left)
 
 
 class FGSM(PGD):

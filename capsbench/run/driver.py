@@ -23,6 +23,7 @@ from capsbench.run.launchers import make_launcher
 from capsbench.run.plan import plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitResult, UnitSpec
+from capsbench.run.workload import Work, plan_work
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
 from capsbench.util.atomic import write_text
@@ -102,10 +103,14 @@ def _launch(
     tags: dict[str, dict[str, str]],
     columns: dict[str, tuple],
 ) -> None:
-    """Run the missing units; keep and log each result as it arrives (a kill later loses none of them)."""
+    """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
+    weighs each unit by its declared work (capsbench.run.workload), so its time left is the work left at the rate
+    measured so far."""
     failures = 0
-    with Progress("units", len(todo), unit="unit", leave=True) as bar:
-        for result in make_launcher(cfg).run(todo):
+    work = plan_work(todo)
+    with Progress("units", sum(w.total for w in work.values()), unit="pass", leave=True) as bar:
+        bar.note(f"0/{len(todo)} done")
+        for n, result in enumerate(make_launcher(cfg).run(todo), 1):
             if result.status == "done":
                 store.save(result)
             else:
@@ -114,8 +119,12 @@ def _launch(
             done[result.key] = result
             suite = result.spec.suite
             tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=False)
-            bar.update()
-            bar.note(f"last: {result.spec.name}" + (f", {failures} failed" if failures else ""))
+            w = work[result.key]
+            if cfg.launcher == "local" and result.params.get("checkpoint.cached"):
+                bar.add_total(-w.train)  # its checkpoint was in the cache: no training (elsewhere a task trains it)
+                w = Work(0.0, w.measure)
+            status = f"{n}/{len(todo)} done, last {result.spec.name}" + (f", {failures} failed" if failures else "")
+            bar.update(w.total, status=status)
 
 
 def _finish(
