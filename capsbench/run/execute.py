@@ -19,6 +19,7 @@ from capsbench.models import create_model
 from capsbench.reporting.figures import save_figure
 from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.suites import SUITES, Context, Suite
+from capsbench.tracking.environment import machine_tags
 from capsbench.train.step import auto_threads
 from capsbench.train.trained import TrainedModel, model_config, obtain_model, train_settings_identity
 
@@ -33,7 +34,7 @@ def execute(spec: UnitSpec) -> UnitResult:
     splits = load_data(cfg.dataset, cfg.data)
     protocol = suite.protocol(cfg)
     resources = _resources(suite, cfg, splits)
-    result = UnitResult(key=spec.key, spec=spec, status="done", host=platform.node())
+    result = UnitResult(key=spec.key, spec=spec, status="done", host=platform.node(), machine=machine_tags())
     model, model_args, undertrained = _model(suite, cfg, spec, splits, protocol, result)
     ctx = Context(model=model.eval(), model_name=spec.model, splits=splits, params=cfg.params, device=cfg.device,
                   batch_size=cfg.train.eval_batch_size, seed=spec.seed, protocol=protocol, resources=resources,

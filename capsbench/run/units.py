@@ -87,6 +87,7 @@ class UnitResult:
     error: str | None = None
     seconds: float = 0.0
     host: str = ""
+    machine: dict[str, str] = field(default_factory=dict)  # the machine.* tags of the host that ran it
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "spec": self.spec.to_dict()}

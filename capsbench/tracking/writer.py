@@ -49,6 +49,7 @@ class LoggedUnit(Protocol):
     figures: list[str]
     error: str | None
     host: str
+    machine: dict[str, str]
 
 
 def metric_key(record: dict[str, Any], columns: Iterable[str]) -> str:
@@ -107,6 +108,7 @@ class Tracker:
             run_name=spec.name.split("/", 1)[1],
             tags={
                 **tags,
+                **result.machine,  # where the unit ran, which may not be the driver's machine
                 "mlflow.parentRunId": parent_id,
                 "model": spec.model,
                 "seed": str(spec.seed),
