@@ -83,6 +83,11 @@ class RunConfig:
 
 
 @dataclass
+class LatexConfig:
+    eps: list[float] | None = None  # the eps columns of table-narrow.tex (one column of a two-column paper)
+
+
+@dataclass
 class ReportConfig:
     """`capsbench report` settings: which tracked runs to tabulate and where to write the tables."""
 
@@ -96,3 +101,4 @@ class ReportConfig:
     output_dir: str = "results"  # tables go to <output_dir>/report/
     baselines_dir: str | None = None  # default: the shipped baselines/
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    latex: LatexConfig = field(default_factory=LatexConfig)
