@@ -196,12 +196,15 @@ class RobustnessSuite(Suite):
                 records += skipped
             for i, name in enumerate(p.attacks, 1):
                 eps_values = grid if CATALOG.get(name).white_box else [bb]
+                bar.reset(None)  # each attack's work is counted (and timed) on its own, from its first step
                 bar.note(f"{i}/{n_attacks} {name} on {int(clean_ok.sum())} images x {len(eps_values)} eps")
                 records += run.standalone(name, eps_values)
             for i, name in enumerate(p.extra_attacks, len(p.attacks) + 1):
+                bar.reset(None)
                 bar.note(f"{i}/{n_attacks} {name} on what the worst case leaves robust")
                 records += run.worst_case_only(name, grid if CATALOG.get(name).white_box else [bb])
             if run.detector is not None:
+                bar.reset(None)
                 bar.note("detection-aware PGD")
                 detected = detection.detection_records(ctx, run, run.detector, grid)
         worst = worst_case_broken(run.broken, grid, len(y))

@@ -17,8 +17,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 LOG_EVERY = 30.0  # at most this many seconds between plain progress lines when stderr is not a terminal
 REFRESH_EVERY = 1.0  # seconds between redraws of the bars on a terminal (their elapsed clocks keep moving)
-BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]"
-OPEN_FORMAT = "{desc}: {postfix} [{elapsed}]"  # before the total is known
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"  # tqdm's postfix: ", <status>"
+OPEN_FORMAT = "{desc}: [{elapsed}{postfix}]"  # before the total is known
 log = logging.getLogger("capsbench.util.progress")
 _quiet = False
 _open: list[Progress] = []  # open stages, outermost first
@@ -78,12 +78,13 @@ class Progress:
         if status is not None:
             self.note(status)
 
-    def reset(self, total: float) -> None:
-        """Start the next piece of work of this stage (the status stays): a new total, the clock from zero."""
+    def reset(self, total: float | None) -> None:
+        """Start the next piece of work of this stage (the status stays): a new total (None: not known yet), nothing
+        done, the clock from zero."""
         self.total, self.done, self.detail = total, 0.0, ""
         self._start = time.monotonic()
         if self._bar is not None:
-            self._bar.bar_format = BAR_FORMAT
+            self._bar.bar_format = BAR_FORMAT if total else OPEN_FORMAT
             self._bar.reset(total=total)
 
     def add_total(self, delta: float) -> None:
