@@ -19,17 +19,25 @@ from capsbench.util.signals import Terminated, exit_status, sigterm_as_interrupt
 from capsbench.util.uris import ui_command
 from capsbench.util.version import __version__
 
+
+def _examples(*commands: str) -> str:
+    """An examples paragraph that help never rewraps (Click's \\b marker): a command is never broken mid-line."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {c}" for c in commands)
+
+
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Benchmark capsule networks against CNN baselines under one protocol.\n\n"
-    "Examples:\n\n"
-    "  capsbench run suite=accuracy\n\n"
-    "  capsbench run suite=accuracy budget=smoke seeds=[0,1]\n\n"
-    "  capsbench report\n\n"
-    "  capsbench list models",
+    + _examples(
+        "capsbench run suite=accuracy",
+        "capsbench run suite=accuracy budget=smoke seeds=[0,1]",
+        "capsbench report",
+        "capsbench list models",
+    ),
 )
 
 Overrides = Annotated[
@@ -37,7 +45,9 @@ Overrides = Annotated[
     typer.Argument(help="key=value settings, e.g. suite=accuracy seeds=[0,1,2]", show_default=False),
 ]
 FORMATS = ("text", "json")
-Format = Annotated[str, typer.Option("--format", help="text (default) or json", show_default=False)]
+Format = Annotated[
+    str, typer.Option("--format", metavar="[text|json]", help="text (default) or json", show_default=False)
+]
 Quiet = Annotated[
     bool, typer.Option("-q", "--quiet", help="No progress bars, warnings only; print where the outputs are.")
 ]
@@ -89,20 +99,26 @@ def _setup_logging(quiet: bool = False) -> None:
 
 @app.command(
     help="Run a suite: train or reuse checkpoints, measure, log to MLflow, write tables.\n\n"
-    "Examples:\n\n  capsbench run suite=accuracy\n\n  capsbench run suite=accuracy budget=smoke seeds=[0,1,2]\n\n"
-    "  capsbench run suite=[accuracy,robustness] launcher=ray\n\n"
-    "  capsbench run suite=accuracy models=[capsnet] model_args.capsnet.routing_iterations=1\n\n"
-    "  capsbench run suite=claims budget=smoke claims=[sabour2017-mnist-r3]  (what the published claims need)\n\n"
+    + _examples(
+        "capsbench run suite=accuracy",
+        "capsbench run suite=accuracy budget=smoke seeds=[0,1,2]",
+        "capsbench run suite=[accuracy,robustness] launcher=ray",
+        "capsbench run suite=accuracy models=[capsnet] model_args.capsnet.routing_iterations=1",
+        "capsbench run suite=robustness budget=smoke --format json",
+        "capsbench run suite=claims budget=smoke claims=[sabour2017-mnist-r3]",
+    )
+    + "\n\nsuite=claims plans and runs what the published claims need. "
     "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU). "
     "Finished units are kept: after Ctrl-C or a kill the same command measures only what is missing "
     "(remeasure=true measures everything again)."
 )
-def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
+def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench run`: compose, check, plan, launch and tabulate the named suites (suite=claims: what the claims
     need)."""
     from capsbench.config.compose import compose_suites, parse_overrides, settle_device  # lazy: torch-free
     from capsbench.config.preflight import check_before_work  # lazy, as above
 
+    _check_format(fmt)
     with sigterm_as_interrupt():
         try:
             if _names_claims(parse_overrides(list(overrides or [])).get("suite", "")):
@@ -112,19 +128,24 @@ def run(overrides: Overrides = None, quiet: Quiet = False) -> None:
                 check_before_work(cfg)
                 settle_device(cfg)  # imports torch: after every check that does not need it
             from capsbench.run.driver import run_suites  # heavy: only once the input is known to be good
+            from capsbench.util.progress import redirect_logging  # loaded already by the line above
 
             _setup_logging(quiet)
-            results = run_suites(cfgs)
+            with redirect_logging():
+                results = run_suites(cfgs)
         except CapsbenchError as exc:
             _fail(str(exc), exc.exit_status)
         except KeyboardInterrupt as exc:
             _interrupted(exc, "every finished unit and checkpoint is kept, every open MLflow run is marked KILLED, "
                               "and training resumes from its last epoch; run the same command again to measure only "
                               "what is missing")
-    for cfg, result in zip(cfgs, results):
-        if not quiet and result.markdown:
-            typer.echo(result.markdown)
-        typer.echo(_where(cfg, result))
+    if fmt == "json":
+        typer.echo(json.dumps([_run_json(cfg, result) for cfg, result in zip(cfgs, results)], indent=1))
+    else:
+        for cfg, result in zip(cfgs, results):
+            if not quiet and result.markdown:
+                typer.echo(result.markdown)
+            typer.echo(_where(cfg, result))
     failed = [unit for result in results for unit in result.missing]
     if failed:
         from capsbench.run.driver import failure_line  # loaded already by run_suites
@@ -173,6 +194,18 @@ def _run_claims(overrides: list[str], quiet: bool) -> None:
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
+def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
+    """A suite's outcome for scripts: its files, MLflow run, record count and the units that failed."""
+    return {
+        "suite": result.suite,
+        "budget": cfg.budget,
+        "records": len(result.records),
+        "files": {name: str(path) for name, path in result.paths.items()},
+        "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri},
+        "missing": [{"unit": r.spec.name, "error": r.error} for r in result.missing],
+    }
+
+
 def _where(cfg: Any, result: Any) -> str:
     """Where a suite's outputs are: tables, records, figures, and its MLflow run with the command to browse it."""
     if "table.md" in result.paths:
@@ -197,13 +230,18 @@ def _where(cfg: Any, result: Any) -> str:
 
 @app.command(
     help="Train one model (or fetch it from the checkpoint cache) and print where it is.\n\n"
-    "Examples:\n\n  capsbench train model=capsnet dataset=mnist\n\n  capsbench train model=cnn_9x9 budget=smoke seed=1"
+    + _examples(
+        "capsbench train model=capsnet dataset=mnist",
+        "capsbench train model=cnn_9x9 budget=smoke seed=1",
+        "capsbench train model=cnn_9x9 budget=smoke --format json",
+    )
 )
-def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
+def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench train`: the checkpoint of one model and seed, from the cache or trained now."""
     from capsbench.config.compose import compose, parse_overrides, settle_device  # lazy: torch-free, as in run
     from capsbench.config.preflight import check_before_work  # lazy, as above
 
+    _check_format(fmt)
     with sigterm_as_interrupt():
         try:
             items = list(overrides or [])
@@ -217,9 +255,11 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
             settle_device(cfg)  # imports torch: after every check that does not need it
             from capsbench.run.execute import trained as train_unit  # heavy: only once the input is known to be good
             from capsbench.run.plan import training_unit  # with the line above: imports torch
+            from capsbench.util.progress import redirect_logging  # loaded already by the lines above
 
             _setup_logging(quiet)
-            trained = train_unit(training_unit(cfg, raw["model"], cfg.seeds[0]))
+            with redirect_logging():
+                trained = train_unit(training_unit(cfg, raw["model"], cfg.seeds[0]))
         except CapsbenchError as exc:
             _fail(str(exc), exc.exit_status)
         except KeyboardInterrupt as exc:
@@ -227,6 +267,13 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
     source = "cache" if trained.cached else "trained"
     if "init" in trained.meta["identity"]:
         source += f", fine-tuned from weights sha256:{trained.meta['identity']['init']['weights_sha256'][:16]}"
+    if fmt == "json":
+        meta = trained.meta
+        summary = {"model": raw["model"], "seed": cfg.seeds[0], "source": source, "key": trained.key,
+                   "checkpoint": str(trained.path), "best_epoch": meta["best_epoch"],
+                   "best_val_accuracy": 100 * meta["best_val_accuracy"], "history": meta["history"]}
+        typer.echo(json.dumps(summary, indent=1))
+        return
     typer.echo(
         f"{raw['model']} ({source}): best epoch {trained.meta['best_epoch']}, "
         f"validation accuracy {100 * trained.meta['best_val_accuracy']:.2f} %\ncheckpoint: {trained.path}"
@@ -236,26 +283,35 @@ def train(overrides: Overrides = None, quiet: Quiet = False) -> None:
 @app.command(
     help="Tables across every finished tracked run (all seeds and invocations), published numbers beside "
     "measured ones, figures, and one report.md and standalone report.tex, under <output_dir>/report/.\n\n"
-    "Examples:\n\n  capsbench report\n\n  capsbench report suite=accuracy budget=quick\n\n"
-    "  capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00\n\n"
-    "Keys: suite, models, dataset, budget, version, code, since, until, output_dir, tracking.uri, baselines_dir, "
-    "one_seed_verdicts. "
-    "Runs of different budgets, capsbench versions or code are never mixed."
+    + _examples(
+        "capsbench report",
+        "capsbench report suite=accuracy budget=quick",
+        "capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00",
+        "capsbench report --format json",
+    )
+    + "\n\nKeys: suite, models, dataset, budget, version, code, since, until, output_dir, tracking.uri, baselines_dir, "
+    "one_seed_verdicts, latex.eps. Runs of different budgets, capsbench versions or code are never mixed."
 )
-def report(overrides: Overrides = None, quiet: Quiet = False) -> None:
+def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench report`: tables, figures and claims across the tracked runs."""
     from capsbench.config.compose import compose_report  # lazy: torch-free, but --help does not need it
     from capsbench.config.preflight import check_tracking  # lazy, as above
 
+    _check_format(fmt)
     try:
         cfg = compose_report(list(overrides or []))
         check_tracking(cfg.tracking.uri, reading=True)
         from capsbench.reporting.report import build_report  # heavy: only once the input is known to be good
+        from capsbench.util.progress import redirect_logging  # loaded already by the line above
 
         _setup_logging(quiet)
-        result = build_report(cfg)
+        with redirect_logging():
+            result = build_report(cfg)
     except CapsbenchError as exc:
         _fail(str(exc))
+    if fmt == "json":
+        typer.echo(json.dumps(_report_json(result), indent=1))
+        return
     for section in result.sections:
         typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
     if result.claims:
@@ -271,6 +327,23 @@ def _arguments(spec: Any) -> dict[str, Any]:
         return spec.arguments()
     except CapsbenchError as exc:
         return {"error": str(exc)}
+
+
+def _report_json(result: Any) -> dict[str, Any]:
+    """The report for scripts: its documents, each suite's files and runs, and every claim's verdict."""
+    return {
+        "report": {"markdown": str(result.markdown), "latex": str(result.latex)},
+        "suites": [
+            {
+                "suite": s.suite,
+                "budget": s.budget,
+                "runs": [r.run_id for r in s.runs],
+                "files": {name: str(path) for name, path in s.output.paths.items()},
+            }
+            for s in result.sections
+        ],
+        "claims": [{"id": j.claim.id, "verdict": j.verdict, "statement": j.claim.statement} for j in result.claims],
+    }
 
 
 def _catalog(what: str) -> list[dict[str, Any]]:
@@ -320,8 +393,11 @@ def _catalog(what: str) -> list[dict[str, Any]]:
 @app.command(
     name="list",
     help="List registered models, datasets or suites, or the checkpoints in the cache.\n\n"
-    "Examples:\n\n  capsbench list models\n\n  capsbench list suites --format json\n\n"
-    "  capsbench list checkpoints [cache_dir=DIR | output_dir=DIR]",
+    + _examples(
+        "capsbench list models",
+        "capsbench list suites --format json",
+        "capsbench list checkpoints [cache_dir=DIR | output_dir=DIR]",
+    ),
 )
 def list_(
     what: Annotated[str, typer.Argument(help="models, datasets, suites or checkpoints")] = "models",
@@ -425,9 +501,10 @@ def _check_target(name: str) -> tuple[str, list[str]]:
 
 @app.command(
     name="show-config",
-    help="Print the composed config a run would use (device=auto is resolved when the run "
-    "starts).\n\nExamples:\n\n  capsbench show-config suite=accuracy budget=smoke\n\n"
-    "  capsbench show-config suite=robustness --format json",
+    help="Print the composed config a run would use (device=auto is resolved when the run starts).\n\n"
+    + _examples(
+        "capsbench show-config suite=accuracy budget=smoke", "capsbench show-config suite=robustness --format json"
+    ),
 )
 def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
     """`capsbench show-config`: the composed config a run would use."""

@@ -19,12 +19,17 @@ import report_fixtures as fixtures
 from capsbench.reporting import verdicts
 from capsbench.reporting.claim_files import load_claims
 from capsbench.reporting.document import Document, Run, Section, render_latex
+from capsbench.reporting.formatting import cell_text, count_decimals
+from capsbench.reporting.latex import math, tex
+from capsbench.reporting.model import Measured
 from capsbench.reporting.outputs import write_suite
 from capsbench.suites import CATALOG, SUITES
 
 INSTALL = "apt-get install -y --no-install-recommends texlive-latex-recommended latexmk"
 SMOKE = Path(__file__).parent / "fixtures" / "smoke"  # records.csv of smoke runs of each suite, kept: no training here
-PREAMBLE = "\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\tracinglostchars=2\n"
+PACKAGES = "\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\tracinglostchars=2\n"
+ARTICLES = {"one-column": "\\documentclass{article}\n", "two-column": "\\documentclass[twocolumn]{article}\n"}
+PREAMBLE = ARTICLES["one-column"] + PACKAGES
 OVERFULL = re.compile(r"^Overfull \\[hv]box \(([0-9.]+)pt too (?:wide|high)\)", re.MULTILINE)
 HAND = {
     "accuracy": (fixtures.accuracy, fixtures.accuracy_published),
@@ -88,13 +93,31 @@ def test_every_suite_has_latex_fixtures():
     assert set(HAND) == set(SUITES) == {p.stem for p in SMOKE.glob("*.csv")}
 
 
+# Each layout in the articles it is for: table* floats (table.tex) in a one-column paper and across both columns of a
+# two-column paper; table floats of one column's width (table-narrow.tex) in a two-column paper.
+LAYOUTS = [("table.tex", "one-column"), ("table.tex", "two-column"), ("table-narrow.tex", "two-column")]
+
+
+@pytest.mark.parametrize("file,article", LAYOUTS)
 @pytest.mark.parametrize("name", sorted(HAND))
-def test_latex_tables_of_every_suite_compile_without_overfull_boxes(name, tmp_path):
+def test_latex_tables_of_every_suite_compile_without_overfull_boxes(name, file, article, tmp_path):
     inputs = []
     for label, records, published in suite_records(name):
         output = write_suite(tmp_path / label, records, SUITES.get(name), published, notes=notes(name, records))
-        inputs.append(f"\\input{{{output.paths['table.tex'].relative_to(tmp_path).as_posix()}}}\n\\clearpage")
-    compile_latex(PREAMBLE + "\\begin{document}\n" + "\n".join(inputs) + "\n\\end{document}\n", tmp_path)
+        inputs.append(f"\\input{{{output.paths[file].relative_to(tmp_path).as_posix()}}}\n\\clearpage")
+    compile_latex(ARTICLES[article] + PACKAGES + "\\begin{document}\n" + "\n".join(inputs) + "\n\\end{document}\n",
+                  tmp_path)
+
+
+def test_narrow_robustness_tables_with_chosen_eps_fit_one_column(tmp_path):
+    _, records, published = suite_records("robustness")[1]
+    output = write_suite(tmp_path, records, SUITES.get("robustness"), published, notes=notes("robustness", records),
+                         narrow_eps=[0.1, 0.2, 0.3])
+    text = output.paths["table-narrow.tex"].read_text()
+    assert "part 1 of" not in text  # clean and three eps columns: one table each, no parts
+    assert "\\begin{table}[tbp]" in text and "table*" not in text
+    compile_latex(ARTICLES["two-column"] + PACKAGES + "\\begin{document}\n\\input{table-narrow.tex}\n\\end{document}\n",
+                  tmp_path)
 
 
 def test_latex_report_of_every_suite_compiles_on_its_own(tmp_path):
@@ -142,3 +165,43 @@ def test_latex_of_the_report_command_compiles(tracked_store, tmp_path):
     assert result.exit_code == 0, result.output
     root = tmp_path / "report"
     compile_latex((root / "report.tex").read_text(), root)
+
+
+def test_decimals_follow_n():
+    assert [count_decimals(n) for n in (50, 100, 200, 1000, 1001, 10_000, 26_032)] == [0, 0, 1, 1, 2, 2, 2]
+    one_seed = [cell_text(Measured(99.5, None, 1, (97.2, 99.9, n)), "%", 1).main for n in (100, 200, 10_000)]
+    assert one_seed == ["100", "99.5", "99.50"]  # at n = 100 every value is a whole number of images
+
+
+def test_flags_are_marks_on_the_model_and_diagnostics_follow_the_float(tmp_path):
+    records = fixtures.robustness()
+    text = write_suite(tmp_path, records, SUITES.get("robustness"), [], notes=notes("robustness", records)).paths[
+        "table.tex"
+    ].read_text()
+    worst = text.split(r"\end{table*}")[0]
+    assert "flags" not in worst and " ok " not in worst  # no column of flags
+    assert r"capsnet\textsuperscript{A}" in worst and r"effcapsnet\textsuperscript{B,Z,A}" in worst
+    assert "Marks on a model: a masking check fired in some seed (A = adaptive\\_\\allowbreak{}stronger" in worst
+    after = text.split(r"\end{table*}")[1].split(r"\begin{table*}")[0]
+    assert after.startswith("\n% FLAG capsnet / mnist seed 0: adaptive_stronger")  # for the author, not the reader
+    assert r"\caption{Robust accuracy under the per-image worst case over all attacks ($\ell_\infty$)}" in worst
+    assert r"at $\varepsilon$,\\n = 200" in worst  # math and n in the group header
+    assert "FLAG" in render_latex_remarks(records)
+
+
+def render_latex_remarks(records: list[dict]) -> str:
+    """The worst-case table as the report sets it: its remarks as text after the float."""
+    from capsbench.reporting.frame import records_frame
+    from capsbench.reporting.latex import render_table
+    from capsbench.reporting.outputs import suite_layout
+    from capsbench.reporting.tables import build_tables
+
+    suite = SUITES.get("robustness")
+    tables = build_tables(records_frame(records, suite), suite, suite_layout(suite), [], notes("robustness", records))
+    out = render_table(tables[0], "robustness", remarks="text")
+    return out.split(r"\end{table*}")[1]
+
+
+def test_math_is_the_word_not_part_of_an_identifier():
+    assert math(tex("at eps=0.1 (L-inf)")) == r"at $\varepsilon$=0.1 ($\ell_\infty$)"
+    assert math(tex("monotone_in_eps, eps0_equals_clean")) == tex("monotone_in_eps, eps0_equals_clean")

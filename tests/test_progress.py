@@ -1,26 +1,152 @@
-"""Progress off a terminal: a log line when a stage starts (with the count and the time left), none with --quiet."""
+"""Progress that tells the truth: off a terminal each status line once and a line at least every LOG_EVERY seconds of
+work, time left from the work done (not counts), none with --quiet; attacks report every step of a batch of rows
+(PGD family) or every batch of images (torchattacks), adding up to their declared total; log lines go through
+tqdm's redirect; the units' work is declared per unit."""
 
 import logging
+from dataclasses import replace
 
+import pytest
+import torch
+from test_attacks import SETTINGS, tiny_model
+
+from capsbench.attacks import ATTACKS, decisions
+from capsbench.attacks.torchattacks_adapters import Square
+from capsbench.config.compose import compose
+from capsbench.run.plan import plan
+from capsbench.run.workload import plan_work, training_work
 from capsbench.util import progress
-from capsbench.util.progress import Progress
+from capsbench.util.progress import Progress, redirect_logging
+
+LOGGER = "capsbench.util.progress"
 
 
-def test_stages_are_logged_with_counts_off_a_terminal_and_silenced_by_quiet(caplog, monkeypatch):
-    clock = iter([0.0, 0.0, 10.0, 10.0, 10.0])
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
-    with caplog.at_level(logging.INFO, logger="capsbench.util.progress"):
-        with Progress("attacks capsnet s0", 2) as bar:
-            bar.update()
-            bar.note("pgd on 980 images")
-    assert caplog.messages == ["attacks capsnet s0: 1/2 done, about 0.2 min left (pgd on 980 images)"]
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
 
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", c)
+    return c
+
+
+def test_each_status_is_logged_once_with_the_time_left_from_the_work_done(caplog, clock):
+    with caplog.at_level(logging.INFO, logger=LOGGER), Progress("units", 100.0) as bar:
+        bar.note("0/3 done")
+        clock.now += 10
+        bar.update(25, status="1/3 done, last capsnet")  # a quarter of the work in 10 s: 30 s left
+    assert caplog.messages == [
+        "units: 0/3 done, 0 % done, 0 s elapsed",
+        "units: 1/3 done, last capsnet, 25 % done, 10 s elapsed, about 30 s left",
+    ]
+
+
+def test_off_a_terminal_a_line_comes_at_least_every_log_every_seconds_of_work(caplog, clock):
+    with caplog.at_level(logging.INFO, logger=LOGGER), Progress("units", 4.0) as outer:
+        outer.note("0/4 done")
+        with Progress("attacks capsnet s0", 200.0, count="row-steps") as inner:
+            inner.note("2/5 pgd on 980 images x 7 eps")
+            caplog.clear()
+            clock.now += progress.LOG_EVERY - 1
+            inner.update(50)
+            inner.show("512 rows left")
+            progress.tick()
+            assert caplog.messages == []  # a line came less than LOG_EVERY seconds ago
+            clock.now += 1
+            progress.tick()
+            progress.tick()  # and not again at once
+    assert caplog.messages == [
+        "units: 0/4 done, 0 % done, 30 s elapsed | attacks capsnet s0: 2/5 pgd on 980 images x 7 eps, 512 rows left, "
+        "25 % done (50/200 row-steps), 30 s elapsed, about 1.5 min left"
+    ]
+
+
+def test_a_reset_starts_the_next_piece_of_work_and_quiet_prints_nothing(caplog, clock):
+    with caplog.at_level(logging.INFO, logger=LOGGER), Progress("attacks", None, count="row-steps") as bar:
+        assert bar.line() == "attacks: 0 row-steps done, 0 s elapsed"
+        bar.reset(10)
+        bar.update(10)
+        bar.add_total(10)
+        assert bar.line() == "attacks: 50 % done (10/20 row-steps), 0 s elapsed, about 0 s left"
     caplog.clear()
     progress.set_quiet(True)
     try:
-        with caplog.at_level(logging.INFO, logger="capsbench.util.progress"), Progress("attacks", 2) as bar:
+        with caplog.at_level(logging.INFO, logger=LOGGER), Progress("attacks", 2) as bar:
             bar.note("fgsm")
             bar.update(2)
+            clock.now += 10 * progress.LOG_EVERY
+            progress.tick()
+            assert not bar.shown
     finally:
         progress.set_quiet(False)
     assert caplog.messages == []
+
+
+def test_log_lines_go_through_tqdm_while_bars_may_be_open():
+    root = logging.getLogger()
+    with redirect_logging():
+        assert any(type(h).__name__ == "_TqdmLoggingHandler" for h in root.handlers)
+    assert not any(type(h).__name__ == "_TqdmLoggingHandler" for h in root.handlers)
+
+
+def follow():
+    calls: list[tuple[int, int, int]] = []
+    return calls, lambda done, total, left: calls.append((done, total, left))
+
+
+@pytest.mark.parametrize("early_exit", [True, False])
+@pytest.mark.parametrize("name", ["pgd", "fgsm"])
+def test_pgd_reports_every_step_and_adds_up_to_its_total_without_changing_a_result(name, early_exit):
+    model = tiny_model("cnn_sabour")
+    images = torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    labels = decisions(model, images)  # every image classified correctly clean
+    ids, eps = torch.arange(len(images)), [0.0, 0.002, 0.05]  # some rows survive some steps, some break early
+    plain = replace(SETTINGS, steps=4, batch_size=10, early_exit=early_exit)
+    calls, hook = follow()
+    followed = replace(plain, progress=hook)
+    a = ATTACKS.get(name).run(model, images, labels, ids, eps, plain)
+    b = ATTACKS.get(name).run(model, images, labels, ids, eps, followed)
+    assert all(torch.equal(a.broken[e], b.broken[e]) and torch.equal(a.adversarial[e], b.adversarial[e]) for e in eps)
+    steps = 1 if name == "fgsm" else plain.steps
+    runs = len(ATTACKS.get(name).losses)
+    total = len(images) * len(eps) * runs * (steps + 1)
+    assert {t for _, t, _ in calls} == {total}
+    done = [d for d, _, _ in calls]
+    assert done == sorted(done) and done[-1] == total  # moves forward only, and ends at its total
+    assert max(left for *_, left in calls) <= 10  # rows of one batch at most
+    assert len(calls) >= runs * (steps + 1)  # per step of a batch of rows, not per attack
+
+
+def test_torchattacks_attacks_report_every_batch_of_images():
+    model = tiny_model("cnn_sabour")
+    x = torch.rand(6, 1, 28, 28)
+    y = torch.arange(6) % 10
+    calls, hook = follow()
+    square = Square()
+    square.batch = 4  # two batches per eps
+    square.run(model, x, y, torch.arange(6), [0.1, 0.2], replace(SETTINGS, progress=hook))
+    assert calls == [(4, 12, 8), (6, 12, 6), (10, 12, 2), (12, 12, 0)]
+
+
+def test_units_are_weighed_by_their_declared_work(tmp_path):
+    cfg = compose(["suite=robustness", "budget=smoke", "models=[capsnet,cnn_sabour]", "seeds=[0,1]",
+                   f"output_dir={tmp_path}", "device=cpu"])
+    accuracy = compose(["suite=accuracy", "budget=smoke", "models=[capsnet]", "seeds=[0]", f"output_dir={tmp_path}",
+                        "device=cpu"])
+    units = plan(accuracy) + plan(cfg)
+    work = plan_work(units)
+    # smoke: 3 epochs of 3,000 training images, a training step ~ 3 passes
+    assert training_work(units[0]) == 3 * 3000 * 3
+    # accuracy's capsnet seed 0 trains it; robustness's capsnet seed 0 shares that checkpoint; seed 1 trains its own
+    trains = [w.train > 0 for w in work.values()]
+    assert trains == [True, False, True, True, True]
+    assert work[units[0].key].measure == 500  # accuracy: one pass over smoke's 500 test images
+    # robustness: 100 test images x (1 + passes of fgsm, pgd, pgd_adaptive, vote over 7 eps and square's 50 queries)
+    pgd = 7 * 2 * (5 + 1) * 1 * 2
+    assert work[units[1].key].measure == 100 * (1 + 7 * 2 * 2 * 1 + 3 * pgd + 50)

@@ -108,8 +108,10 @@ def test_paired_outcomes_decide_best_on_one_seed():
     near = table([acc_record("a", 990), acc_record("b", 985)])
     assert best(far)["accuracy"] == {"a"} and best(near)["accuracy"] == set()
     md = markdown.render_table(far)
-    assert "| a | **99.00 [98.2, 99.5]** |" in md and "95 % Wilson interval over 1000 test images" in md
-    assert r"\textbf{99.00}\\\scriptsize 98.2--99.5" in latex.tabular(far)
+    assert "| a | **99.0 [98.2, 99.5]** |" in md and "95 % Wilson interval over 1000 test images" in md
+    tex = latex.tabular(far)
+    assert r"\textbf{99.0}\\\scriptsize 98.2--99.5" in tex  # one decimal at n = 1,000: one image is 0.1 %
+    assert r"accuracy\\(\%)\\n = 1,000" in tex  # n in the header
 
 
 def test_undertrained_rows_are_marked_and_never_best():
@@ -254,8 +256,8 @@ def test_sweep_columns_share_one_header_and_drop_values():
     )
     tex = latex.tabular(t)
     assert (
-        r"\multicolumn{2}{c}{\begin{tabular}[b]{@{}c@{}}accuracy (\%) at\\eps\end{tabular}}" in tex
-    )  # wrapped to 2 columns
+        r"\multicolumn{2}{c}{\begin{tabular}[b]{@{}c@{}}accuracy (\%) at\\$\varepsilon$\end{tabular}}" in tex
+    )  # wrapped to 2 columns, eps set as math (several seeds: no n in the header)
     assert r"\cmidrule(lr){2-3}" in tex
 
 
@@ -282,7 +284,7 @@ def test_latex_escapes_every_special_character():
 
 def test_suite_files(tmp_path):
     paths = write_outputs(tmp_path, sweep_records(), SweepSuite)
-    assert set(paths) == {"records.csv", "table.md", "table.tex", "table-sweep.csv"}
+    assert set(paths) == {"records.csv", "table.md", "table.tex", "table-narrow.tex", "table-sweep.csv"}
     assert not list(tmp_path.glob(".*.tmp"))
     frame = pd.read_csv(paths["records.csv"])
     assert list(frame.columns[:8]) == ["suite", "model", "dataset", "seed", "metric", "value", "eps", "attack"]

@@ -4,7 +4,8 @@ image and eps whether the model's own decision was flipped (and the adversarial 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -21,6 +22,9 @@ class AttackSettings:
     early_exit: stop attacking an image (row) as soon as one iterate is misclassified. An image counts as broken
     when any iterate is misclassified, so this changes only the cost, never a result.
     batch_size: rows (image x eps pairs) attacked together.
+    progress: called as progress(done, total, left) while an attack runs, after every step of a batch of rows (PGD
+    family) or every batch of images (torchattacks): `done` of `total` row-steps of this run, `left` rows still
+    attacked. It only reports; results never depend on it.
     """
 
     steps: int
@@ -35,6 +39,7 @@ class AttackSettings:
     detection_weight: float = 1.0  # its penalty: weight x (distance / threshold - 0.9), where positive
     targets: int | None = None  # classes a multi-targeted pass tries, likeliest first; None: every other class
     precision: str = "fp32"  # or bf16: gradient attacks under bf16 autocast, each image judged by the fp32 model
+    progress: Callable[[int, int, int], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

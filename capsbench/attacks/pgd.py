@@ -59,7 +59,7 @@ class Pass:
 def pgd_rows(
     objective: Objective, images: torch.Tensor, labels: torch.Tensor, eps: torch.Tensor, *, steps: int,
     step_size: torch.Tensor, loss: str, noise: torch.Tensor | None, early_exit: bool = True,
-    targets: torch.Tensor | None = None, precision: str = "fp32",
+    targets: torch.Tensor | None = None, precision: str = "fp32", on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """L-inf PGD, one row per (image, eps): images (R, C, H, W) in [0, 1], labels (R,), eps and step_size (R,),
     noise (R, C, H, W) in [-1, 1] for a random start (scaled by eps) or None, targets (R,) for the targeted loss.
@@ -70,6 +70,8 @@ def pgd_rows(
     less work. With precision=bf16 the forward and backward passes run under bf16 autocast, and the fp32 model judges
     each row once at the end, on its first bf16-breaking iterate, else its last: broken means wrong in fp32.
     Returns broken (R,) and adversarial images (R, C, H, W): the first breaking iterate, else the last.
+    on_step(row_steps, rows_left) follows the work: R row-steps per iterate judged, the iterates early exit skips at
+    the end, so that the calls add up to R * (steps + 1).
     """
     rows = torch.arange(len(images), device=images.device)
     shape = (-1,) + (1,) * (images.dim() - 1)
@@ -94,6 +96,7 @@ def pgd_rows(
         adversarial[live[newly]] = xa.detach()[newly]
         broken[live[newly]] = True
         if last:
+            _report(on_step, len(images), 0)
             break
         if loss == TARGETED:
             value = targeted_margin(judged.logits, labels[live], targets[live])  # (B,)
@@ -106,8 +109,9 @@ def pgd_rows(
         x[live] = torch.min(torch.max(stepped, lower[live]), upper[live])
         if early_exit:
             live = live[~broken[live] & (eps[live] > 0)]
-            if len(live) == 0:
-                break
+        _report(on_step, len(images) * (1 if len(live) else steps - t + 1), len(live))
+        if len(live) == 0:
+            break
     unbroken = ~broken
     adversarial[unbroken] = x[unbroken]
     if precision != "fp32":
@@ -123,6 +127,10 @@ def _wrong_in_fp32(objective: Objective, adversarial: torch.Tensor, labels: torc
     if decided is None:
         decided = decisions(objective.model, adversarial)
     return (decided != labels) & (decided != REJECTED)
+
+def _report(on_step: Callable[[int, int], None] | None, row_steps: int, left: int) -> None:
+    if on_step is not None:
+        on_step(row_steps, left)
 
 
 class PGD(Attack):
@@ -169,21 +177,26 @@ class PGD(Attack):
         broken = torch.zeros(n * k, dtype=torch.bool, device=images.device)
         adversarial = images[image_of_row].clone()
         passes = self.passes(model, settings)
+        tally = _Tally(settings.progress, n * k * len(passes) * (self.steps(settings) + 1))
         for start in range(0, n * k, settings.batch_size):
             chunk = torch.arange(start, min(start + settings.batch_size, n * k), device=images.device)
             self._attack_chunk(passes, images, labels, ids, image_of_row[chunk], eps_all[chunk], settings,
-                               broken, adversarial, chunk)
+                               broken, adversarial, chunk, tally)
         return AttackResult(
             broken={e: broken.view(n, k)[:, j] for j, e in enumerate(eps_values)},
             adversarial={e: adversarial.view(n, k, *images.shape[1:])[:, j] for j, e in enumerate(eps_values)},
         )
 
-    def _attack_chunk(self, passes, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk):
+    def _attack_chunk(self, passes, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk,
+                      tally):
         """Every pass attacks only the rows of this chunk that no earlier pass broke."""
-        for run in passes:
+        per_run = len(chunk) * (self.steps(settings) + 1)  # row-steps of one pass over the whole chunk
+        for i, run in enumerate(passes):
             alive = ~broken[chunk]
             if not alive.any():
+                tally.skip(per_run * (len(passes) - i))
                 return
+            tally.skip(per_run - int(alive.sum()) * (self.steps(settings) + 1))  # rows an earlier pass broke
             rows, img = chunk[alive], image_rows[alive]
             noise = None
             if self.random_start():
@@ -196,7 +209,8 @@ class PGD(Attack):
                 targets = ranked_target(run.objective, images[img], labels[img], run.offset)
             hit, adv = pgd_rows(run.objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
                                 step_size=self.step_sizes(eps[alive], settings), loss=run.loss, noise=noise,
-                                early_exit=settings.early_exit, targets=targets, precision=settings.precision)
+                                early_exit=settings.early_exit, targets=targets, precision=settings.precision,
+                                on_step=tally.step)
             broken[rows] = hit
             adversarial[rows] = adv
 
@@ -208,6 +222,21 @@ def ranked_target(objective: Objective, images: torch.Tensor, labels: torch.Tens
     logits = objective(images).logits.float()  # (R, C)
     others = logits.scatter(1, labels[:, None], float("-inf"))
     return others.argsort(dim=1, descending=True)[:, rank - 1]
+
+class _Tally:
+    """An attack's row-steps for AttackSettings.progress: done of total, and the rows the current run has left."""
+
+    def __init__(self, progress: Callable[[int, int, int], None] | None, total: int) -> None:
+        self.progress, self.total, self.done, self.left = progress, total, 0, 0
+
+    def step(self, row_steps: int, left: int) -> None:
+        self.done, self.left = self.done + row_steps, left
+        if self.progress is not None:
+            self.progress(self.done, self.total, left)
+
+    def skip(self, row_steps: int) -> None:
+        if row_steps:
+            self.step(row_steps, self.left)
 
 
 class FGSM(PGD):

@@ -25,15 +25,23 @@ class _TorchAttacksAdapter(Attack):
     def build(self, target: torch.nn.Module, eps: float, settings: AttackSettings) -> torchattacks.attack.Attack:
         raise NotImplementedError
 
+    def queries(self, settings: AttackSettings) -> int:
+        """Model passes per image at one eps, at most: the declared work of progress estimates."""
+        raise NotImplementedError
+
     def run(self, model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids: torch.Tensor,
             eps_values: list[float], settings: AttackSettings) -> AttackResult:
         target = LogitsAdapter(model).eval()
         broken, adversarial = {}, {}
+        total, done = len(images) * len(eps_values), 0  # progress in rows (image x eps), reported per batch
         for eps in eps_values:
             adv = images.clone()
             for i in range(0, len(images), self.batch):
                 batch = slice(i, i + self.batch)
                 adv[batch] = self.build(target, eps, settings)(images[batch], labels[batch])
+                done += len(images[batch])
+                if settings.progress is not None:
+                    settings.progress(done, total, total - done)
             broken[eps] = decisions(model, adv) != labels
             adversarial[eps] = adv
         return AttackResult(broken, adversarial)
@@ -48,6 +56,9 @@ class Square(_TorchAttacksAdapter):
 
     def budget(self, settings: AttackSettings) -> str:
         return f"{settings.square_queries} queries, margin loss, 1 restart"
+
+    def queries(self, settings: AttackSettings) -> int:
+        return settings.square_queries
 
     def build(self, target, eps, settings):
         return torchattacks.Square(target, norm="Linf", eps=eps, n_queries=settings.square_queries, n_restarts=1,
@@ -64,6 +75,10 @@ class AutoAttack(_TorchAttacksAdapter):
 
     def budget(self, settings: AttackSettings) -> str:
         return f"APGD-CE, APGD-T, FAB-T at {AUTOATTACK_STEPS} iterations, Square at {AUTOATTACK_SQUARE_QUERIES} queries"
+
+    def queries(self, settings: AttackSettings) -> int:
+        # APGD-CE, APGD-T over 9 target classes and FAB-T over 9, forward and backward per step; then Square
+        return 2 * AUTOATTACK_STEPS * (1 + 2 * (settings.num_classes - 1)) + AUTOATTACK_SQUARE_QUERIES
 
     def build(self, target, eps, settings):
         common = {"norm": "Linf", "eps": eps, "seed": settings.seed, "n_restarts": 1}

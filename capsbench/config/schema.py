@@ -86,6 +86,11 @@ class RunConfig:
 
 
 @dataclass
+class LatexConfig:
+    eps: list[float] | None = None  # the eps columns of table-narrow.tex (one column of a two-column paper)
+
+
+@dataclass
 class ReportConfig:
     """`capsbench report` settings: which tracked runs to tabulate and where to write the tables."""
 
@@ -101,3 +106,4 @@ class ReportConfig:
     baselines_dir: str | None = None  # default: the shipped baselines/
     one_seed_verdicts: bool = False  # allow supported / refuted from one training seed (marked "one seed")
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    latex: LatexConfig = field(default_factory=LatexConfig)

@@ -26,6 +26,8 @@ def render_table(table: Table) -> str:
 
 
 def _name(h: Header) -> str:
+    if h.kind == "flags":
+        return h.label  # its detail is the legend
     return f"{h.group} {h.over}={h.label}" if h.over else header_text(h.label, h.unit, h.detail)
 
 

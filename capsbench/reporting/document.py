@@ -133,7 +133,7 @@ def render_latex(doc: Document, root: Path) -> str:
         out += [tex(line) + r"\par" for line in _protocol_lines(s)]
         out += [tex(f"Run {r.run_id} started {r.start:%Y-%m-%d %H:%M} UTC, seeds {r.seeds}.") + r"\par" for r in s.runs]
         out += ["}", ""]
-        out += [latex.render_table(t, s.suite) for t in s.output.tables]
+        out += [latex.render_table(t, s.suite, remarks="text") for t in s.output.tables]
         out += [_figure(stem, root, f"{s.suite}: {stem.name.replace('_', ' ')}") for stem in s.output.figures]
         out += [r"\clearpage", ""]
     if doc.claims:

@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # headless: files only
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from capsbench.models import MODELS  # noqa: E402
 from capsbench.reporting.frame import ordered_values, row_models, select  # noqa: E402
@@ -22,12 +22,27 @@ from capsbench.util.atomic import atomic_file  # noqa: E402
 from capsbench.util.style import STYLE, WIDTH  # noqa: E402
 
 PALETTE = plt.get_cmap("tab10").colors
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h")  # models stay apart in greyscale too
+
+
+def _model_index(model: str) -> int:
+    """A model's position in the model registry (torch-free); a row such as "capsnet (training=pgd)" is its model's
+    position offset by a fixed amount, so it keeps a look of its own."""
+    names = MODELS.names()
+    base, _, variant = model.partition(" (")
+    if base in names:
+        return names.index(base) + (3 + sum(map(ord, variant)) if variant else 0)
+    return len(names) + sum(map(ord, model))
 
 
 def model_color(model: str) -> tuple[float, ...]:
-    """The same colour for a model in every figure: its position in the model registry (torch-free)."""
-    names = MODELS.names()
-    return PALETTE[(names.index(model) if model in names else len(names) + sum(map(ord, model))) % len(PALETTE)]
+    """The same colour for a model in every figure: its position in the model registry."""
+    return PALETTE[_model_index(model) % len(PALETTE)]
+
+
+def model_marker(model: str) -> str:
+    """The same marker for a model in every figure, so that lines and points differ without colour."""
+    return MARKERS[_model_index(model) % len(MARKERS)]
 
 
 def sweep_figure(frame: pd.DataFrame, spec: SweepPlot, suite: Any) -> Figure | None:
@@ -68,16 +83,30 @@ def sweep_figure(frame: pd.DataFrame, spec: SweepPlot, suite: Any) -> Figure | N
                 ax.set_title(spec.facet.label(facet))
         for ax in axes.flat[len(panels) :]:
             ax.set_visible(False)
+        order = {m: i for i, m in enumerate(ordered_values(data, "model"))}  # the tables' row order
+        labels = sorted(handles, key=lambda label: order.get(label.split(" / ")[0], len(order)))
+        ncol = min(3, len(labels))
+        labels = [labels[i] for i in legend_order(len(labels), ncol)]
         fig.legend(
-            handles.values(),
-            handles.keys(),
+            [handles[label] for label in labels],
+            labels,
             loc="lower center",
             bbox_to_anchor=(0.5, 1.0),
-            ncol=min(3, len(handles)),
+            ncol=ncol,
             frameon=False,
         )
         fig.tight_layout(pad=0.3, w_pad=1.0)
     return fig
+
+
+def legend_order(n: int, ncol: int) -> list[int]:
+    """Matplotlib fills a legend's columns top to bottom; this order of n entries makes it read left to right, row
+    by row (its first n % ncol columns hold one entry more than the others)."""
+    rows, large = divmod(n, ncol)
+    heights = [rows + (c < large) for c in range(ncol)]
+    cells = [(r, c) for r in range(max(heights, default=0)) for c in range(ncol) if r < heights[c]]  # reading order
+    position = {cell: i for i, cell in enumerate(cells)}
+    return [position[(r, c)] for c in range(ncol) for r in range(heights[c])]
 
 
 def _panel(data: pd.DataFrame, spec: SweepPlot, metric: str, facet: Any) -> pd.DataFrame:
@@ -95,7 +124,7 @@ def _draw(ax: Any, part: pd.DataFrame, x: str, several: bool, handles: dict[str,
             handles.setdefault(label, ax.axhline(rows["value"].mean(), color=color, linestyle="--", linewidth=1.0))
             continue
         stats = _stats(swept, x)
-        (line,) = ax.plot(stats.index, stats["mean"], marker="o", color=color)
+        (line,) = ax.plot(stats.index, stats["mean"], marker=model_marker(model), color=color)
         if stats["low"].notna().any():
             ax.fill_between(stats.index, stats["low"], stats["high"], color=color, alpha=0.18, linewidth=0)
         handles.setdefault(label, line)
@@ -127,9 +156,14 @@ def accuracy_vs_cost(points: pd.DataFrame, *, xlabel: str, ylabel: str) -> Figur
         for p in points.itertuples(index=False):
             color = model_color(p.model)
             err = [[p.mean - p.low], [p.high - p.mean]] if pd.notna(p.low) else None
-            ax.errorbar([p.cost], [p.mean], yerr=err, fmt="o", color=color, capsize=2)
+            ax.errorbar([p.cost], [p.mean], yerr=err, fmt=model_marker(p.model), color=color, capsize=2)
             ax.annotate(p.model, (p.cost, p.mean), textcoords="offset points", xytext=(4, 3), fontsize=7)
         ax.set_xscale("log")
+        # Ticks at 1, 2 and 5 of each decade as plain numbers; unlabelled minor ticks (matplotlib labels minor ticks
+        # of a log axis spanning less than a decade in scientific notation, and those labels collide)
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.margins(x=0.25, y=0.15)
@@ -138,12 +172,13 @@ def accuracy_vs_cost(points: pd.DataFrame, *, xlabel: str, ylabel: str) -> Figur
 
 
 def save_figure(fig: Figure, stem: Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
-    """Write `stem.png` and `stem.pdf` atomically and close the figure."""
+    """Write `stem.png` and `stem.pdf` atomically and close the figure; PNGs at the style's savefig.dpi (300), passed
+    here because the style's rc context is no longer active when a figure is saved."""
     paths = []
     for fmt in formats:
         path = stem.with_suffix(f".{fmt}")
         with atomic_file(path, "wb") as fh:
-            fig.savefig(fh, format=fmt, bbox_inches="tight")
+            fig.savefig(fh, format=fmt, bbox_inches="tight", dpi=STYLE["savefig.dpi"])
         paths.append(path)
     plt.close(fig)
     return paths

@@ -1,5 +1,6 @@
 """Numbers as text, the same digits in every format: a std to two significant digits and the mean to the same
-decimal place, intervals to one decimal, published numbers exactly as the paper printed them."""
+decimal place, a one-seed percentage over n items to the decimals that resolve one item (count_decimals), intervals
+to one decimal, published numbers exactly as the paper printed them."""
 
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ def format_value(mean: float, std: float | None, unit: str) -> tuple[str, str | 
     return text, f"{0:.{decimals}f}"  # a zero spread, shown at the mean's precision
 
 
+def count_decimals(n: int) -> int:
+    """Decimals of a percentage over n items: the fewest that tell one item from the next (100/n % apart), at most
+    two: none up to n = 100, one up to n = 1,000, two beyond. A digit finer than one item's share says nothing, and
+    two decimals (the papers' precision) are already finer than the 95 % interval's half-width at the usual test-set
+    sizes."""
+    return min(2, max(0, math.ceil(math.log10(n / 100) - 1e-9))) if n > 0 else 2
+
+
 @dataclass(frozen=True)
 class CellText:
     """The parts of a cell every format composes in its own markup."""
@@ -49,6 +58,8 @@ def cell_text(cell: Cell | None, unit: str, max_seeds: int) -> CellText:
         return CellText(value, None if cell.std is None else f"{cell.std:g}", ref=cell.ref)
     assert isinstance(cell, Measured)
     main, spread = format_value(cell.mean, cell.std if cell.seeds > 1 else None, unit)
+    if cell.seeds == 1 and cell.interval and unit == "%":
+        main = f"{cell.mean:.{count_decimals(cell.interval[2])}f}"
     interval = (f"{cell.interval[0]:.1f}", f"{cell.interval[1]:.1f}") if cell.interval else None
     return CellText(main, spread, interval, cell.seeds if cell.seeds < max_seeds else None)
 

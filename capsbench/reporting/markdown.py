@@ -22,7 +22,8 @@ def render_table(table: Table) -> str:
             text = _cell(cell_text(table.cells.get((i, h.key)), h.unit, table.max_seeds))
             cells.append(f"**{text}**" if table.is_best(i, h.key) else text)
         lines.append(_row([*table.shown_labels(i), *cells]))
-    below = [*(f"- {note}" for note in table.notes), *(f"- [{i}] {ref}" for i, ref in enumerate(table.references, 1))]
+    notes = [*table.notes, *table.remarks]
+    below = [*(f"- {note}" for note in notes), *(f"- [{i}] {ref}" for i, ref in enumerate(table.references, 1))]
     return "\n".join([_caption(table), "", *lines, "", *below]) + "\n"
 
 
@@ -38,6 +39,8 @@ def _caption(table: Table) -> str:
 
 
 def _header(h: Header, several: bool) -> str:
+    if h.kind == "flags":
+        return h.label  # its detail is the legend, a note under the table
     if h.over and several:
         return f"{h.group}={h.label}" if h.group.endswith(f" {h.over}") else f"{h.group}: {h.label}"
     if h.over:

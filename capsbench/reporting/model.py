@@ -29,9 +29,10 @@ class Published:
 
 @dataclass(frozen=True)
 class Flags:
-    """The symbols of the checks that fired (empty: none did)."""
+    """The symbols of the checks that fired (empty: none did), and the checks' names in the same order."""
 
     symbols: tuple[str, ...]
+    checks: tuple[str, ...] = ()
 
 
 Cell = Measured | Published | Flags
@@ -39,7 +40,8 @@ Cell = Measured | Published | Flags
 
 @dataclass(frozen=True)
 class Header:
-    """One value column. `kind` is "measured", "published" or "flags"; `group` is the shared header above it."""
+    """One value column. `kind` is "measured", "published" or "flags"; `group` is the shared header above it. A flags
+    column's `detail` is its legend: every symbol and the check it stands for."""
 
     key: str
     label: str
@@ -64,7 +66,8 @@ class Table:
     best: set[tuple[int, str]] = field(default_factory=set)
     blocked: bool = False  # the first index level names blocks of rows (e.g. the attack)
     references: list[str] = field(default_factory=list)  # citation of ref i at index i - 1
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what a reader of the table needs: legends, n, seeds, bold
+    remarks: list[str] = field(default_factory=list)  # the suite's diagnostics under its first table (flags fired)
 
     @property
     def max_seeds(self) -> int:
@@ -92,16 +95,19 @@ class Table:
 def split_parts(table: Table, max_columns: int) -> list[Table]:
     """The table as parts of at most `max_columns` value columns, each repeating the row labels. Columns under one
     group header stay together where they fit (a longer group is split evenly: 11 columns become 6 + 5) and a
-    published column stays with its measured one. Rows left without a value in a part are dropped."""
-    if len(table.headers) <= max_columns:
+    published column stays with its measured one. Rows left without a value in a part are dropped. A flags column
+    (per row, narrow; LaTeX sets it as marks) is not counted and follows every part."""
+    flags = [h for h in table.headers if h.kind == "flags"]
+    values = [h for h in table.headers if h.kind != "flags"]
+    if len(values) <= max_columns:
         return [table]
-    units = _units(table.headers, max_columns)
-    even = math.ceil(len(table.headers) / math.ceil(len(table.headers) / max_columns))
+    units = _units(values, max_columns)
+    even = math.ceil(len(values) / math.ceil(len(values) / max_columns))
     chunks = min((_pack(units, even), _pack(units, max_columns)), key=len)  # even parts unless that needs more
     parts = []
     for n, headers in enumerate(chunks, 1):
         name = table.name if n == 1 else f"{table.name}-{n}"
-        parts.append(_subset(table, headers, name, f"{table.title} (part {n} of {len(chunks)})"))
+        parts.append(_subset(table, headers + flags, name, f"{table.title} (part {n} of {len(chunks)})"))
     return parts
 
 
@@ -149,5 +155,5 @@ def _subset(table: Table, headers: list[Header], name: str, title: str) -> Table
         name=name, title=title, index_names=table.index_names, rows=[table.rows[i] for i in kept], headers=headers,
         cells=cells, best={(new[i], k) for i, k in table.best if k in keys and i in new},
         blocked=table.blocked,
-        references=[table.references[r - 1] for r in refs], notes=table.notes,
+        references=[table.references[r - 1] for r in refs], notes=table.notes, remarks=table.remarks,
     )

@@ -1,5 +1,5 @@
-"""A suite's files from its records: records.csv, table.md, table.tex (floats), one table-<name>.csv per table,
-and its figures as PNG and PDF, all in one directory."""
+"""A suite's files from its records: records.csv, table.md, table.tex and table-narrow.tex (floats for one- and
+two-column papers), one table-<name>.csv per table, and its figures as PNG and PDF, all in one directory."""
 
 from __future__ import annotations
 
@@ -35,15 +35,21 @@ def suite_layout(suite: Any) -> Layout:
 
 
 def write_suite(out_dir: Path, records: list[dict[str, Any]], suite: Any, reported: list[dict[str, Any]] | None = None,
-                *, notes: Sequence[str] = ()) -> SuiteOutput:
-    """Build and write a suite's tables and figures under out_dir."""
+                *, notes: Sequence[str] = (), narrow_eps: Sequence[float] | None = None) -> SuiteOutput:
+    """Build and write a suite's tables and figures under out_dir. table.tex holds table* floats (a one-column paper,
+    or both columns of a two-column one); table-narrow.tex the same tables for one column of a two-column paper, in
+    parts of at most latex.NARROW_COLUMNS value columns (fewer where a part would be wider than the column), with
+    only the eps columns in `narrow_eps` when given."""
     frame = records_frame(records, suite)
     layout = suite_layout(suite)
     tables = build_tables(frame, suite, layout, reported, notes)
+    narrow = build_tables(frame, suite, layout, reported, notes, max_columns=latex.NARROW_COLUMNS,
+                          sweep_values={"eps": tuple(narrow_eps)} if narrow_eps else None, fits=latex.fits_column)
     texts = {
         "records.csv": frame.to_csv(index=False),
         "table.md": markdown.render_tables(tables) if tables else "No records to tabulate.\n",
         "table.tex": latex.render_tables(tables, suite.name),
+        "table-narrow.tex": latex.render_tables(narrow, suite.name, layout="narrow"),
         **{f"table-{t.name}.csv": csv.render_table(t) for t in tables},
     }
     paths = {}
@@ -68,5 +74,6 @@ def write_outputs(
     *,
     notes: Sequence[str] = (),
 ) -> dict[str, Path]:
-    """write_suite's files by name (records.csv, table.md, table.tex, table-<name>.csv, <figure>.png/.pdf)."""
+    """write_suite's files by name (records.csv, table.md, table.tex, table-narrow.tex, table-<name>.csv,
+    <figure>.png/.pdf)."""
     return write_suite(out_dir, records, suite, reported, notes=notes).paths

@@ -73,7 +73,7 @@ def build_report(cfg: DictConfig) -> Report:
         )
     entries = load_baselines(Path(cfg.baselines_dir) if cfg.baselines_dir else None)
     root = Path(cfg.output_dir) / "report"
-    sections, unreadable = [], False
+    frames, unreadable = {}, False
     for suite_name in sorted({inv.suite for inv in chosen}):
         if suite_name not in SUITES:
             log.warning("skipping suite %r: this capsbench does not define it", suite_name)
@@ -86,12 +86,14 @@ def build_report(cfg: DictConfig) -> Report:
             continue
         check_comparable(invs, sel.models)
         frame = combine(invs, records, sel.models)
-        sections.append(_section(suite_name, invs, frame, entries, root))
-    if not sections and unreadable:
+        frames[suite_name] = (invs, frame)
+        check_narrow_eps(suite_name, frame, cfg.latex.eps)  # before anything is written
+    if not frames and unreadable:
         raise CapsbenchError(
             f"none of the selected runs has readable records at {cfg.tracking.uri} (each is named in a warning "
             "above); rerun their commands, or narrow the selection to runs that have them"
         )
+    sections = [_section(name, invs, frame, entries, root, cfg.latex.eps) for name, (invs, frame) in frames.items()]
     filters = ", ".join(
         f"{k}={cfg[k]}"
         for k in ("suite", "models", "dataset", "budget", "version", "code", "since", "until")
@@ -116,13 +118,15 @@ def build_report(cfg: DictConfig) -> Report:
     return paths
 
 
-def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: list[Any], root: Path) -> Section:
+def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: list[Any], root: Path,
+             narrow_eps: list[float] | None = None) -> Section:
     suite_cls = SUITES.get(name)
     records = frame.to_dict("records")
     model_args = {m: args for inv in invs for m, args in inv.model_args.items() if m in set(frame["model"])}
     reported = matching(entries, suite=name, model_args=model_args)
     notes = suite_cls().notes(records, suite_params(name, invs[0].params)) if records else []
-    output = write_suite(root / name, records, suite_cls, reported, notes=notes)
+    output = write_suite(root / name, records, suite_cls, reported, notes=notes,
+                         narrow_eps=narrow_eps if "eps" in frame else None)
     first = invs[0]
     return Section(
         suite=name,
@@ -136,6 +140,18 @@ def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: li
         settings=protocol_params(first),
         model_args=model_args,
     )
+
+
+def check_narrow_eps(suite: str, frame: pd.DataFrame, narrow_eps: list[float] | None) -> None:
+    """latex.eps names eps values the suite measured (a suite without eps columns ignores it)."""
+    if not narrow_eps or "eps" not in frame:
+        return
+    measured = sorted({float(e) for e in frame["eps"].dropna()})
+    if missing := [e for e in narrow_eps if not any(abs(e - m) < 1e-9 for m in measured)]:
+        raise CapsbenchError(
+            f"latex.eps={list(narrow_eps)}: {suite} measured no eps {', '.join(f'{e:g}' for e in missing)}; "
+            f"choose among {', '.join(f'{m:g}' for m in measured)}"
+        )
 
 
 def suite_params(suite: str, params: dict[str, str]) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -24,9 +24,13 @@ ROW_MODEL = "row_model"  # frame.row_models: the model, with " (training=pgd)" w
 
 
 def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list[dict[str, Any]] | None = None,
-                 notes: Sequence[str] = ()) -> list[Table]:
-    """Every table of the layout that has records (split tables once per value, long ones in parts); the suite's
-    `notes` go under the first."""
+                 notes: Sequence[str] = (), *, max_columns: int | None = None,
+                 sweep_values: Mapping[str, Sequence[Any]] | None = None,
+                 fits: Callable[[Table], bool] | None = None) -> list[Table]:
+    """Every table of the layout that has records (split tables once per value, long ones in parts of at most
+    `max_columns` value columns, or the table's own limit if lower, and fewer until every part `fits`); the suite's
+    `notes` are the first table's remarks. `sweep_values` keeps only those values of a swept column (e.g.
+    {"eps": [0.1, 0.2, 0.3]})."""
     index = PublishedIndex(reported or [])
     frame = frame.assign(**{ROW_MODEL: row_models(frame)})
     out: list[Table] = []
@@ -41,14 +45,22 @@ def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list
                 name, title = f"{spec.name}-{_slug(format_sweep(value))}", f"{spec.title}: {spec.split.label(value)}"
             if part.empty:
                 continue
-            table = _Builder(frame, part, suite, spec, index, {} if value is None else {spec.split.by: value}).build(
-                name, title
-            )
+            fixed = {} if value is None else {spec.split.by: value}
+            table = _Builder(frame, part, suite, spec, index, fixed, sweep_values or {}).build(name, title)
             if table.rows:
-                out += split_parts(table, spec.max_columns)
+                out += _split(table, min(spec.max_columns, max_columns or spec.max_columns), fits)
     if out:
-        out[0].notes += list(notes)
+        out[0].remarks = list(notes)
     return out
+
+
+def _split(table: Table, limit: int, fits: Callable[[Table], bool] | None) -> list[Table]:
+    """The table in parts of at most `limit` value columns, fewer where a part would not fit (one at the least)."""
+    for k in range(limit, 1, -1):
+        parts = split_parts(table, k)
+        if fits is None or all(fits(p) for p in parts):
+            return parts
+    return split_parts(table, 1)
 
 
 def _slug(text: str) -> str:
@@ -66,8 +78,10 @@ class _Builder:
         spec: TableSpec,
         index: PublishedIndex,
         fixed: dict[str, Any],
+        sweep_values: Mapping[str, Sequence[Any]],
     ) -> None:
         self.frame, self.data, self.suite, self.spec, self.index, self.fixed = frame, data, suite, spec, index, fixed
+        self.sweep_values = sweep_values
         self.models = ordered_values(frame, ROW_MODEL)
         self.datasets = ordered_values(frame, "dataset")
         self.undertrained = _undertrained(frame)
@@ -93,6 +107,8 @@ class _Builder:
                 unit = self.suite.metric(col.metric).unit
                 group = col.header.format(unit=unit) if "{unit}" in col.header else f"{col.header} ({unit})"
                 records = select(self.data[self.data["metric"] == col.metric], col.where, {col.over: col.drop})
+                if col.over in self.sweep_values:
+                    records = select(records, {col.over: tuple(self.sweep_values[col.over])})
                 for v in ordered_values(records, col.over, numeric=True):
                     header = Header(
                         f"{col.metric}|{col.over}={v}|{len(t.headers)}",
@@ -255,18 +271,19 @@ class _Builder:
                 fired[self.keys.index(key)] = {getattr(r, col.by) for r in rows if float(r.value) == 1.0}
         if not fired:
             return
-        header = Header(f"{col.metric}|flags", col.label, kind="flags")
+        header = Header(f"{col.metric}|flags", col.label, kind="flags",
+                        detail="; ".join(f"{col.symbols[c]} = {c} ({text})" for c, text in col.explain.items()))
         self.table.headers.append(header)
         for i, checks in fired.items():
-            self.table.cells[(i, header.key)] = Flags(tuple(col.symbols[c] for c in col.explain if c in checks))
+            fired = tuple(c for c in col.explain if c in checks)
+            self.table.cells[(i, header.key)] = Flags(tuple(col.symbols[c] for c in fired), fired)
 
     # notes --------------------------------------------------------------------------------------------------
     def _notes(self) -> list[str]:
         t, notes = self.table, []
-        for col in self.spec.columns:
-            if isinstance(col, FlagColumn) and any(h.kind == "flags" for h in t.headers):
-                legend = "; ".join(f"{col.symbols[c]} = {c} ({text})" for c, text in col.explain.items())
-                notes.append(f"{col.label}: the checks that fired in any seed: {legend}; ok = none fired")
+        for h in t.headers:
+            if h.kind == "flags":
+                notes.append(flags_note(h))
         notes += list(self.spec.notes)
         for c in self.spec.describe:
             values = ordered_values(self.data, c)
@@ -278,6 +295,11 @@ class _Builder:
             )
         notes.append(_cells_note(t, self.compared))
         return notes
+
+
+def flags_note(h: Header) -> str:
+    """The legend of a flags column (its detail lists every symbol and check)."""
+    return f"{h.label}: the checks that fired in any seed: {h.detail}; ok = none fired"
 
 
 def _cells_note(t: Table, compared: bool) -> str:

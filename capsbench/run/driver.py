@@ -28,6 +28,7 @@ from capsbench.run.model_trial import try_outside_models
 from capsbench.run.plan import plan, unit_threads
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
+from capsbench.run.workload import Work, plan_work
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
 from capsbench.util.atomic import write_text
@@ -168,10 +169,14 @@ class LiveUnits:
 
 def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[str, UnitResult],
             live: LiveUnits) -> None:
-    """Run the missing units; keep and log each result as it arrives (a kill later loses none of them)."""
+    """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
+    weighs each unit by its declared work (capsbench.run.workload), so its time left is the work left at the rate
+    measured so far."""
     failures = 0
-    with Progress("units", len(todo), unit="unit", leave=True) as bar:
-        for result in make_launcher(cfg).run(todo, live.on_event):
+    work = plan_work(todo)
+    with Progress("units", sum(w.total for w in work.values()), unit="pass", leave=True) as bar:
+        bar.note(f"0/{len(todo)} done")
+        for n, result in enumerate(make_launcher(cfg).run(todo, live.on_event), 1):
             if result.status == "done":
                 store.save(result)
             else:
@@ -179,8 +184,12 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
                 log.error("unit %s failed: %s", result.spec.name, result.error)
             done[result.key] = result
             live.finish(result)
-            bar.update()
-            bar.note(f"last: {result.spec.name}" + (f", {failures} failed" if failures else ""))
+            w = work[result.key]
+            if cfg.launcher == "local" and result.params.get("checkpoint.cached"):
+                bar.add_total(-w.train)  # its checkpoint was in the cache: no training (elsewhere a task trains it)
+                w = Work(0.0, w.measure)
+            status = f"{n}/{len(todo)} done, last {result.spec.name}" + (f", {failures} failed" if failures else "")
+            bar.update(w.total, status=status)
 
 
 def failure_line(result: UnitResult) -> str:

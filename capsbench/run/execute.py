@@ -22,6 +22,7 @@ from capsbench.reporting.figures import save_figure
 from capsbench.run.external import WEIGHTS_COLUMN, ensure_registered
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES, Context, Suite
+from capsbench.tracking.environment import machine_tags
 from capsbench.train.external import external_model, load_external
 from capsbench.train.step import auto_threads
 from capsbench.train.trained import (
@@ -56,7 +57,7 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
     splits = load_data(cfg.dataset, cfg.data)
     protocol = suite.protocol(cfg)
     resources = _resources(suite, cfg, splits)
-    result = UnitResult(key=spec.key, spec=spec, status="done", host=platform.node())
+    result = UnitResult(key=spec.key, spec=spec, status="done", host=platform.node(), machine=machine_tags())
     model, model_args, undertrained = _model(suite, cfg, spec, splits, protocol, result, _epochs(spec, emit))
     ctx = Context(model=model.eval(), model_name=spec.model, splits=splits, params=cfg.params, device=cfg.device,
                   batch_size=cfg.train.eval_batch_size, seed=spec.seed, protocol=protocol, resources=resources,

@@ -93,6 +93,7 @@ class UnitResult:
     seconds: float = 0.0
     host: str = ""
     rerun_helps: bool = False
+    machine: dict[str, str] = field(default_factory=dict)  # the machine.* tags of the host that ran it
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "spec": self.spec.to_dict()}

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from matplotlib.figure import Figure
 
-from capsbench.data import Splits
+from capsbench.data import DATASETS, Splits
 from capsbench.models import Classifier
 from capsbench.suites.layout import Layout
 from capsbench.suites.params import NoParams
@@ -60,6 +60,12 @@ class Variant:
     columns: dict[str, Any] = field(default_factory=dict)
 
 
+def test_images(cfg: Any) -> int:
+    """How many test images a unit of config `cfg` reads (data.test_subset of the dataset's test split)."""
+    size = DATASETS.get(cfg.dataset).test_size
+    return min(size, cfg.data.test_subset or size)
+
+
 class Suite:
     """Base class. Subclasses set the class attributes and write measure()."""
 
@@ -84,6 +90,11 @@ class Suite:
     def prepare(self, cfg: Any, splits: Splits) -> Any:
         """Suite-specific data built once per invocation (e.g. a generated test set; data-layer caches allowed)."""
         return None
+
+    def work(self, cfg: Any) -> float:
+        """What measuring one model costs, declared in image passes (forward or backward) before it runs: it weighs
+        the units' progress and time left. Default: one pass over the test images."""
+        return float(test_images(cfg))
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         """Records {"metric": name, "value": float, <sweep column>: value, ...} for one model."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -15,9 +16,10 @@ from matplotlib.figure import Figure
 
 from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, worst_case_broken
 from capsbench.attacks.detector import Detector
-from capsbench.data import as_images, batches
+from capsbench.attacks.pgd import PGD
+from capsbench.data import DATASETS, as_images, batches
 from capsbench.suites import robustness_detection as detection
-from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.base import Context, Metric, Suite, test_images
 from capsbench.suites.layout import Column, FlagColumn, Group, Layout, SweepColumns, SweepPlot, TableSpec
 from capsbench.suites.robustness_checks import CHECKS, sanity_flags
 from capsbench.suites.robustness_params import EpsGrid, RobustnessParams, eps_grid
@@ -169,26 +171,44 @@ class RobustnessSuite(Suite):
         """The dataset's eps grid, worked out once for every model and seed of the run (ctx.resources)."""
         return eps_grid(cfg.params, cfg.dataset)
 
+    def work(self, cfg: Any) -> float:
+        """Image passes of every attack at most (early exit stops sooner): a PGD-family attack costs a forward and a
+        backward pass per step, restart and loss at each eps; a torchattacks attack one pass per query."""
+        grid = eps_grid(cfg.params, cfg.dataset)
+        s = settings(cfg.params, DATASETS.get(cfg.dataset).num_classes)
+        passes = 0.0
+        for name in [*cfg.params.attacks, *cfg.params.extra_attacks]:
+            attack = ATTACKS.get(name)
+            if isinstance(attack, PGD):
+                passes += len(grid.eps) * 2 * (attack.steps(s) + 1) * attack.restarts(s) * len(attack.losses)
+            else:
+                passes += attack.queries(s) * (len(grid.eps) if CATALOG.get(name).white_box else 1)
+        return test_images(cfg) * (1 + passes)
+
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, x, y = ctx.params, ctx.splits.test_x, ctx.splits.test_y
         grid, bb = ctx.resources.eps, ctx.resources.blackbox
         clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
-        run = _AttackRun(ctx, clean_ok, settings(p, ctx.splits.spec.num_classes))
-        if p.detection_fpr is not None:
-            run.detector, skipped = detection.fit(ctx, run)
-            records += skipped
-        with Progress(
-            f"attacks {ctx.model_name} s{ctx.seed}", len(p.attacks) + len(p.extra_attacks), unit="attack"
-        ) as bar:
-            for name in p.attacks:
-                bar.note(f"{name} on {int(clean_ok.sum())} images")
-                records += run.standalone(name, grid if CATALOG.get(name).white_box else [bb])
-                bar.update()
-            for name in p.extra_attacks:
-                bar.note(f"{name} on what the worst case leaves robust")
+        n_attacks = len(p.attacks) + len(p.extra_attacks)
+        with Progress(f"attacks {ctx.model_name} s{ctx.seed}", None, unit="row-step", count="row-steps") as bar:
+            run = _AttackRun(ctx, clean_ok, replace(settings(p, ctx.splits.spec.num_classes), progress=_follow(bar)))
+            if p.detection_fpr is not None:
+                run.detector, skipped = detection.fit(ctx, run)
+                records += skipped
+            for i, name in enumerate(p.attacks, 1):
+                eps_values = grid if CATALOG.get(name).white_box else [bb]
+                bar.reset(None)  # each attack's work is counted (and timed) on its own, from its first step
+                bar.note(f"{i}/{n_attacks} {name} on {int(clean_ok.sum())} images x {len(eps_values)} eps")
+                records += run.standalone(name, eps_values)
+            for i, name in enumerate(p.extra_attacks, len(p.attacks) + 1):
+                bar.reset(None)
+                bar.note(f"{i}/{n_attacks} {name} on what the worst case leaves robust")
                 records += run.worst_case_only(name, grid if CATALOG.get(name).white_box else [bb])
-                bar.update()
+            if run.detector is not None:
+                bar.reset(None)
+                bar.note("detection-aware PGD")
+                detected = detection.detection_records(ctx, run, run.detector, grid)
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [
             {
@@ -200,7 +220,7 @@ class RobustnessSuite(Suite):
             for eps in grid
         ]
         if run.detector is not None:
-            records += detection.detection_records(ctx, run, run.detector, grid)
+            records += detected
         records += [
             {"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
             for a, s in run.seconds.items()
@@ -248,6 +268,19 @@ class RobustnessSuite(Suite):
             fig.suptitle(f"{ctx.model_name}: PGD-{p.pgd_steps} decisions (red = wrong)", fontsize=8)
             fig.tight_layout()
         return {"adversarial_examples": fig}
+
+
+def _follow(bar: Progress) -> Callable[[int, int, int], None]:
+    """AttackSettings.progress for the attacks' bar: each run of an attack starts the bar afresh (its own total and
+    clock); every step of a batch of rows (or batch of images) moves it and shows the rows left."""
+
+    def follow(done: int, total: int, left: int) -> None:
+        if total != bar.total or done < bar.done:
+            bar.reset(total)
+        bar.update(done - bar.done)
+        bar.show(f"{left:,} rows left")
+
+    return follow
 
 
 class _AttackRun:

@@ -1,5 +1,6 @@
-"""What a reader needs to trust or reproduce a number: package versions, git commit and dirty flag, device, and who
-wrote a run (host, pid and process start, so that a run left RUNNING by a killed process can be recognised)."""
+"""What a reader needs to trust or reproduce a number: package versions, git commit and dirty flag, device, the machine
+(CPU model, GPUs), and who wrote a run (host, pid and process start, so that a run left RUNNING by a killed process
+can be recognised)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,38 @@ def environment_tags(device: str) -> dict[str, str]:
     else:
         tags["device.name"] = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     tags["device"] = device
-    return tags
+    return {**tags, **machine_tags()}
+
+
+def machine_tags() -> dict[str, str]:
+    """The machine a number was measured on: CPU model and logical CPUs, and every CUDA GPU (CPU summation order and
+    kernels differ between machines, so a result is reproducible per machine, not across them)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    return {"machine.cpu": cpu_model(), "machine.cpus": str(os.cpu_count() or "unknown"),
+            "machine.gpus": ", ".join(gpus) or "none"}
+
+
+def cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo on Linux, sysctl on macOS, else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                 timeout=10)
+            if out.returncode == 0 and out.stdout.strip():
+                return out.stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def process_tags() -> dict[str, str]:

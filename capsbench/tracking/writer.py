@@ -52,6 +52,7 @@ class LoggedUnit(Protocol):
     figures: list[str]
     error: str | None
     host: str
+    machine: dict[str, str]
 
 
 def now_ms() -> int:
@@ -129,7 +130,7 @@ class Tracker:
             return
         now = now_ms()
         with self._writes():
-            tags = {"unit.host": result.host} if result.host else {}
+            tags = {**result.machine, **({"unit.host": result.host} if result.host else {})}  # where the unit ran
             if result.error:
                 tags["error"] = result.error[:5000]
             for key, value in tags.items():

@@ -12,14 +12,13 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
 
 from capsbench.data import Splits, batches
 from capsbench.models import Classifier
 from capsbench.train.adversarial import pgd_training_examples
 from capsbench.train.protocols import TrainingProtocol
 from capsbench.train.step import TrainStep, check_train_settings
-from capsbench.util.progress import is_quiet
+from capsbench.util.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +153,7 @@ def fit(
     }
 
 
-POSTFIX_EVERY = 25  # batches between progress-bar updates: each update syncs a GPU with the host
+POSTFIX_EVERY = 25  # batches between loss/accuracy updates on the bar: each syncs a GPU with the host
 
 
 def _train_epoch(
@@ -170,43 +169,39 @@ def _train_epoch(
     # which can push whole ReLU layers below zero before training starts (Liu et al., arXiv:1908.03265).
     warmup = cfg.train.warmup_epochs * n_batches
     scheduled = [group["lr"] for group in opt.param_groups]
-    bar = tqdm(
-        batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen),
-        total=n_batches,
-        desc=desc,
-        leave=False,
-        disable=True if is_quiet() else None,  # None: bar on a TTY only
-    )
-    for i, (images, labels) in enumerate(bar):
-        done = epoch * n_batches + i  # optimizer steps before this one
-        if done < warmup:
-            for group, lr in zip(opt.param_groups, scheduled):
-                group["lr"] = lr * (done + 1) / warmup
-        batch = protocol.train_batch(images, labels, gen)
-        if cfg.train.adversarial == "pgd":  # Madry et al.: train on the batch's PGD examples instead of the batch
-            t = cfg.train
-            ramp = min(1.0, (done + 1) / (t.adv_ramp_epochs * n_batches)) if t.adv_ramp_epochs else 1.0
-            batch.inputs = pgd_training_examples(
-                step.model,
-                batch.inputs,
-                batch.targets,
-                eps=ramp * t.adv_eps,
-                steps=t.adv_steps,
-                step_size=ramp * t.adv_step_size,
-                generator=gen,
-            )
-        out, loss = step(batch)
-        total_loss += loss.detach() * len(labels)
-        scores = out.scores.detach()
-        if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
-            correct += (scores.argmax(dim=1) == batch.targets).sum()
-        else:  # multi-hot: a row is right when its k highest scores are exactly its k targets
-            ranks = scores.argsort(dim=1, descending=True).argsort(dim=1)  # (B, C): 0 = highest
-            predicted = ranks < batch.targets.sum(dim=1, keepdim=True)
-            correct += (predicted == batch.targets.bool()).all(dim=1).sum()
-        seen += len(labels)
-        if bar.disable is False and i % POSTFIX_EVERY == 0:
-            bar.set_postfix(loss=f"{total_loss.item() / seen:.4f}", acc=f"{correct.item() / seen:.4f}")
+    shuffled = batches(splits.train_x, splits.train_y, cfg.train.batch_size, device=cfg.device, shuffle_generator=gen)
+    with Progress(desc, n_batches, unit="batch", count="batches") as bar:
+        for i, (images, labels) in enumerate(shuffled):
+            done = epoch * n_batches + i  # optimizer steps before this one
+            if done < warmup:
+                for group, lr in zip(opt.param_groups, scheduled):
+                    group["lr"] = lr * (done + 1) / warmup
+            batch = protocol.train_batch(images, labels, gen)
+            if cfg.train.adversarial == "pgd":  # Madry et al.: train on the batch's PGD examples instead of the batch
+                t = cfg.train
+                ramp = min(1.0, (done + 1) / (t.adv_ramp_epochs * n_batches)) if t.adv_ramp_epochs else 1.0
+                batch.inputs = pgd_training_examples(
+                    step.model,
+                    batch.inputs,
+                    batch.targets,
+                    eps=ramp * t.adv_eps,
+                    steps=t.adv_steps,
+                    step_size=ramp * t.adv_step_size,
+                    generator=gen,
+                )
+            out, loss = step(batch)
+            total_loss += loss.detach() * len(labels)
+            scores = out.scores.detach()
+            if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
+                correct += (scores.argmax(dim=1) == batch.targets).sum()
+            else:  # multi-hot: a row is right when its k highest scores are exactly its k targets
+                ranks = scores.argsort(dim=1, descending=True).argsort(dim=1)  # (B, C): 0 = highest
+                predicted = ranks < batch.targets.sum(dim=1, keepdim=True)
+                correct += (predicted == batch.targets.bool()).all(dim=1).sum()
+            seen += len(labels)
+            bar.update()
+            if bar.shown and i % POSTFIX_EVERY == 0:
+                bar.show(f"loss {total_loss.item() / seen:.4f}, acc {correct.item() / seen:.4f}")
     for group, lr in zip(opt.param_groups, scheduled):  # the epoch schedule goes on from the un-warmed rate
         group["lr"] = lr
     return total_loss.item() / seen, correct.item() / seen

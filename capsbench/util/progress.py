@@ -1,17 +1,29 @@
-"""Progress for every stage that can take more than a few seconds: a bar on a terminal, a plain log line every
-LOG_EVERY seconds otherwise, nothing with --quiet."""
+"""Progress for every stage that can take more than a few seconds: a tqdm bar on a terminal, whose clock a ticker
+thread refreshes every second even while one step runs for minutes; off a terminal, a plain log line when a stage
+changes what it does and at least every LOG_EVERY seconds while work goes on; nothing with --quiet. Log lines go
+through tqdm's logging redirect (`redirect_logging`), so they never land on a bar's line."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-LOG_EVERY = 30.0  # seconds between plain progress lines when stderr is not a terminal
+LOG_EVERY = 30.0  # at most this many seconds between plain progress lines when stderr is not a terminal
+REFRESH_EVERY = 1.0  # seconds between redraws of the bars on a terminal (their elapsed clocks keep moving)
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"  # tqdm's postfix: ", <status>"
+OPEN_FORMAT = "{desc}: [{elapsed}{postfix}]"  # before the total is known
 log = logging.getLogger("capsbench.util.progress")
 _quiet = False
+_open: list[Progress] = []  # open stages, outermost first
+_lock = threading.Lock()
+_ticker: threading.Thread | None = None
 
 
 def set_quiet(quiet: bool) -> None:
@@ -25,41 +37,98 @@ def is_quiet() -> bool:
     return _quiet
 
 
-class Progress:
-    """A counter over `total` steps: a tqdm bar on a TTY, periodic log lines elsewhere. `note` sets a short status."""
+@contextlib.contextmanager
+def redirect_logging() -> Iterator[None]:
+    """Log lines to the console go through tqdm.write while the block runs: above the bars, never on their line."""
+    with logging_redirect_tqdm():
+        yield
 
-    def __init__(self, desc: str, total: int | None, *, unit: str = "it", leave: bool = False) -> None:
-        self.desc, self.total, self.done, self.status = desc, total, 0, ""
+
+class Progress:
+    """Work done of `total` (any unit: units weighted by their declared cost, batches, attack row-steps): a tqdm bar
+    on a terminal, log lines elsewhere. `note` sets what the stage is doing (logged once, at once, off a terminal);
+    `show` sets a live detail (e.g. rows left) shown on the bar and in the periodic lines. The time left is the
+    work left at the rate measured so far, so work of unequal cost is weighted by it, not counted."""
+
+    def __init__(self, desc: str, total: float | None, *, unit: str = "it", leave: bool = False,
+                 count: str = "") -> None:
+        self.desc, self.total, self.done, self.status, self.detail = desc, total, 0.0, "", ""
+        self.count = count  # what `done` counts, for lines off a terminal (e.g. "row-steps"); empty: percent only
         self._start = self._last = time.monotonic()
         tty = sys.stderr.isatty()
-        self._bar = None if _quiet or not tty else tqdm(total=total, desc=desc, unit=unit, leave=leave)
+        self._bar = None
+        if not _quiet and tty:
+            self._bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True,
+                             bar_format=BAR_FORMAT if total else OPEN_FORMAT)
         self._lines = not _quiet and not tty
+        with _lock:
+            _open.append(self)
+        _start_ticker()
 
-    def update(self, n: int = 1) -> None:
+    @property
+    def shown(self) -> bool:
+        """Whether anything is shown (a bar or lines): details that cost something to compute are skipped if not."""
+        return self._bar is not None or self._lines
+
+    def update(self, n: float = 1, *, status: str | None = None) -> None:
+        """Add `n` to the work done; with `status`, also set what the stage does now (one line, not two)."""
         self.done += n
         if self._bar is not None:
             self._bar.update(n)
-        elif self._lines and time.monotonic() - self._last >= LOG_EVERY:
-            self._last = time.monotonic()
-            log.info("%s: %s", self.desc, self._count())  # the status was logged when it was set
+        if status is not None:
+            self.note(status)
+
+    def reset(self, total: float | None) -> None:
+        """Start the next piece of work of this stage (the status stays): a new total (None: not known yet), nothing
+        done, the clock from zero."""
+        self.total, self.done, self.detail = total, 0.0, ""
+        self._start = time.monotonic()
+        if self._bar is not None:
+            self._bar.bar_format = BAR_FORMAT if total else OPEN_FORMAT
+            self._bar.reset(total=total)
+
+    def add_total(self, delta: float) -> None:
+        """Change the total by `delta` (work that turned out not to be needed), keeping the work done and the clock."""
+        self.total = (self.total or 0.0) + delta
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
 
     def note(self, status: str) -> None:
-        """Set the status: shown beside the bar on a terminal, logged at once (with the count) elsewhere."""
+        """Set the status: shown beside the bar on a terminal, logged once (with the work done) elsewhere."""
         self.status = status
-        if self._bar is not None:
-            self._bar.set_postfix_str(status)
-        elif self._lines:
+        self._postfix()
+        if self._lines:
             self._last = time.monotonic()
-            log.info("%s: %s (%s)", self.desc, self._count(), status)
+            log.info("%s", self.line())
 
-    def _count(self) -> str:
-        if not self.total:
-            return f"{self.done} done"
+    def show(self, detail: str) -> None:
+        """A detail that changes often (rows left): on the bar at once, in the next periodic line elsewhere."""
+        self.detail = detail
+        self._postfix()
+
+    def line(self) -> str:
+        """The stage in one line: what it does, work done, elapsed time and the time left at the measured rate."""
         elapsed = time.monotonic() - self._start
-        eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
-        return f"{self.done}/{self.total} done, about {eta / 60:.1f} min left" if self.done else f"0/{self.total} done"
+        parts = [p for p in (self.status, self.detail) if p]
+        if self.total:
+            count = f" ({self.done:,.0f}/{self.total:,.0f} {self.count})" if self.count else ""
+            parts.append(f"{100 * self.done / self.total:.0f} % done{count}")
+        elif self.count:
+            parts.append(f"{self.done:,.0f} {self.count} done")
+        parts.append(f"{_minutes(elapsed)} elapsed")
+        if self.total and 0 < self.done < self.total:
+            parts.append(f"about {_minutes(elapsed / self.done * (self.total - self.done))} left")
+        return f"{self.desc}: " + ", ".join(parts)
+
+    def _postfix(self) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(", ".join(p for p in (self.status, self.detail) if p))
 
     def close(self) -> None:
+        with _lock:
+            if self in _open:
+                _open.remove(self)
         if self._bar is not None:
             self._bar.close()
 
@@ -68,3 +137,38 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def tick(now: float | None = None) -> None:
+    """Redraw the bars (their clocks move), and off a terminal log one line of every open stage when none has
+    printed a line for LOG_EVERY seconds. The ticker thread calls it every REFRESH_EVERY seconds."""
+    now = time.monotonic() if now is None else now
+    with _lock:
+        stages = list(_open)
+    for stage in stages:
+        if stage._bar is not None:
+            stage._bar.refresh()
+    lines = [s for s in stages if s._lines]
+    if lines and now - max(s._last for s in lines) >= LOG_EVERY:
+        for stage in lines:
+            stage._last = now
+        log.info("%s", " | ".join(s.line() for s in lines))
+
+
+def _start_ticker() -> None:
+    global _ticker
+    with _lock:
+        if _ticker is not None or _quiet:
+            return
+        _ticker = threading.Thread(target=_tick_forever, name="capsbench-progress", daemon=True)
+        _ticker.start()
+
+
+def _tick_forever() -> None:
+    while True:
+        time.sleep(REFRESH_EVERY)
+        tick()
