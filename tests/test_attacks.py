@@ -117,7 +117,7 @@ def test_later_runs_attack_only_the_survivors(monkeypatch):
     rows_per_run = []
     original = PGD._attack_chunk
 
-    def recording(self, objective, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk):
+    def recording(self, *args):
         import capsbench.attacks.pgd as pgd_module
 
         real = pgd_module.pgd_rows
@@ -127,7 +127,7 @@ def test_later_runs_attack_only_the_survivors(monkeypatch):
             return real(objective, images, *args, **kwargs)
 
         monkeypatch.setattr(pgd_module, "pgd_rows", spy)
-        original(self, objective, images, labels, ids, image_rows, eps, settings, broken, adversarial, chunk)
+        original(self, *args)
 
     monkeypatch.setattr(PGD, "_attack_chunk", recording)
     settings = AttackSettings(**{**SETTINGS.__dict__, "restarts": 3, "batch_size": 1000, "steps": 3})
