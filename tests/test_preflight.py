@@ -2,9 +2,11 @@
 declared ranges, the planned dataset's files (or a download host that answers), an output directory that can be
 written, a tracking server that answers. Each failure is one line and exit 2 within 5 s, and nothing is written."""
 
+import http.server
 import os
 import re
 import socket
+import threading
 import time
 from dataclasses import replace
 
@@ -119,6 +121,28 @@ def test_unreachable_tracking_server_stops_in_seconds(tmp_path, mnist_root):
     code, line, seconds = refused([*RUN, f"data.root={mnist_root}", f"tracking.uri={uri}"], tmp_path)
     assert code == 2 and seconds < 5
     assert f"tracking.uri={uri} cannot be reached" in line and "tracking.enabled=false" in line
+
+
+@pytest.fixture
+def not_mlflow():
+    """A local HTTP server that answers every request with 404, as a port held by something else does."""
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  (http.server's name)
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_a_server_that_is_not_mlflow_stops_in_seconds(tmp_path, mnist_root, not_mlflow):
+    code, line, seconds = refused([*RUN, f"data.root={mnist_root}", f"tracking.uri={not_mlflow}"], tmp_path)
+    assert code == 2 and seconds < 5, line
+    assert f"GET {not_mlflow}/health answered 404: not an MLflow tracking server" in line
 
 
 def test_an_unreachable_tracking_server_is_refused_by_report_too(tmp_path):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -98,6 +100,22 @@ def check_tracking(uri: str, *, reading: bool = False) -> None:
     if address is None:
         return
     problem = reachable(*address)
+    if problem is None and urlsplit(uri).scheme in ("http", "https"):
+        problem = mlflow_health(uri)
     if problem is not None:
         raise CapsbenchError(f"tracking.uri={uri} cannot be reached ({problem}); start the tracking server, fix "
                              "tracking.uri=, or set tracking.enabled=false to run without MLflow")
+
+
+def mlflow_health(uri: str, timeout: float = TIMEOUT_S) -> str | None:
+    """None when the server at `uri` answers GET /health with 200, as an MLflow tracking server does; else what it
+    answered instead (a port that something else holds, a proxy, a server still starting)."""
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310  (the user's own tracking URI)
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (OSError, ValueError) as exc:
+        return f"GET {url}: {getattr(exc, 'reason', exc)}"
+    return None if status == 200 else f"GET {url} answered {status}: not an MLflow tracking server"

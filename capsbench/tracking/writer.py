@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from capsbench.errors import NoSpace, is_no_space
+from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 from capsbench.tracking.environment import process_tags
 from capsbench.tracking.metrics import CURVES, Metric, curve_metrics, metric_key, record_metrics
 from capsbench.tracking.store import open_experiment, recover_stale_runs
@@ -75,9 +75,15 @@ class Tracker:
         """Create the store and experiment when missing, and mark runs left RUNNING by killed processes KILLED."""
         if not self.enabled or self._client is not None:
             return
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        self._experiment_id = open_experiment(self.uri, self.experiment, self.artifact_root)
+        try:
+            self._experiment_id = open_experiment(self.uri, self.experiment, self.artifact_root)
+        except MlflowException as exc:  # a server that answers, but not as a tracking store should
+            raise CapsbenchError(f"tracking.uri={self.uri}: the store refused to open experiment "
+                                 f"{self.experiment!r} ({str(exc)[:300]}); fix tracking.uri= or set "
+                                 "tracking.enabled=false") from None
         self._client = MlflowClient(self.uri)
         with self._writes():
             recover_stale_runs(self.uri, self._experiment_id, process_tags()["host"])
