@@ -4,9 +4,9 @@ HJWLfGWRb, section 5): two 5x5 convolutions with 2x2 max pooling, a 1024-unit la
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from capsbench.models.base import SoftmaxClassifier
+from capsbench.models.cnn_pooled import fc_head, pooled_features
 
 STD_EPS = 1e-5  # keeps a blank image's standardisation finite
 
@@ -35,20 +35,8 @@ class SmallNorbCNN(SoftmaxClassifier):
         dropout: float = 0.5,
     ):
         super().__init__()
-        layers: list[nn.Module] = []
-        size, prev = image_size, in_channels
-        for ch in channels:
-            layers += [nn.Conv2d(prev, ch, kernel_size, padding="same"), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2)]
-            prev, size = ch, size // 2
-        if size < 1:
-            raise ValueError(f"image_size {image_size} is too small for {len(channels)} 2x2 poolings")
-        self.features = nn.Sequential(*layers)
-        dims = [prev * size * size, *fc]
-        head: list[nn.Module] = []
-        for a, b in zip(dims[:-1], dims[1:]):
-            head += [nn.Linear(a, b), nn.ReLU(inplace=True)]
-        head += [nn.Dropout(dropout), nn.Linear(dims[-1], num_classes)]
-        self.classifier = nn.Sequential(*head)
+        self.features, flat = pooled_features(in_channels, image_size, channels, (kernel_size,) * len(channels))
+        self.classifier = fc_head(flat, fc, num_classes, dropout)
 
     def class_logits(self, x: torch.Tensor) -> torch.Tensor:
         mean, std = x.mean(dim=(1, 2, 3), keepdim=True), x.std(dim=(1, 2, 3), keepdim=True)

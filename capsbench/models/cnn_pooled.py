@@ -46,21 +46,34 @@ class PooledConvNet(SoftmaxClassifier):
         if len(channels) != len(kernel_sizes):
             raise ValueError(f"channels {channels} and kernel_sizes {kernel_sizes} need one entry per conv layer")
         self.mean, self.std = mean, std
-        layers: list[nn.Module] = []
-        size, prev = image_size, in_channels
-        for ch, k in zip(channels, kernel_sizes):
-            layers += [nn.Conv2d(prev, ch, k, padding="same"), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2)]
-            prev, size = ch, size // 2
-        if size < 1:
-            raise ValueError(f"image_size {image_size} is too small for {len(channels)} 2x2 poolings")
-        self.features = nn.Sequential(*layers)
-        dims = [prev * size * size, *fc]
-        head: list[nn.Module] = []
-        for a, b in zip(dims[:-1], dims[1:]):
-            head += [nn.Linear(a, b), nn.ReLU(inplace=True)]
-        head.append(nn.Linear(dims[-1], num_classes))
-        self.classifier = nn.Sequential(*head)
+        self.features, flat = pooled_features(in_channels, image_size, channels, kernel_sizes)
+        self.classifier = fc_head(flat, fc, num_classes)
 
     def class_logits(self, x: torch.Tensor) -> torch.Tensor:
         h = self.features((x - self.mean) / self.std)  # (B, C, H', W')
         return self.classifier(h.flatten(1))  # (B, num_classes)
+
+
+def pooled_features(in_channels: int, image_size: int, channels: tuple[int, ...],
+                    kernel_sizes: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+    """Conv ("same", ReLU, 2x2/2 max pool) per layer, and the length of its flattened output."""
+    layers: list[nn.Module] = []
+    size, prev = image_size, in_channels
+    for ch, k in zip(channels, kernel_sizes):
+        layers += [nn.Conv2d(prev, ch, k, padding="same"), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2)]
+        prev, size = ch, size // 2
+    if size < 1:
+        raise ValueError(f"image_size {image_size} is too small for {len(channels)} 2x2 poolings")
+    return nn.Sequential(*layers), prev * size * size
+
+
+def fc_head(flat: int, fc: tuple[int, ...], num_classes: int, dropout: float = 0.0) -> nn.Sequential:
+    """FC layers (ReLU) from `flat` features, dropout before the class layer when > 0, then the class logits."""
+    dims = [flat, *fc]
+    head: list[nn.Module] = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        head += [nn.Linear(a, b), nn.ReLU(inplace=True)]
+    if dropout > 0:
+        head.append(nn.Dropout(dropout))
+    head.append(nn.Linear(dims[-1], num_classes))
+    return nn.Sequential(*head)
