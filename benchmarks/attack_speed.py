@@ -17,6 +17,9 @@ thousand images (seed 0), and the attacked images are the first test images it c
 
 from __future__ import annotations
 
+import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
+
+# isort: split
 import argparse
 import os
 import statistics
@@ -27,7 +30,6 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
-import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 from capsbench.attacks import ATTACKS, AttackSettings, decisions
 from capsbench.attacks.base import start_noise
 from capsbench.config.compose import compose

@@ -18,6 +18,9 @@ every pass last, and prints after each pass the worst case at every eps and the 
 
 from __future__ import annotations
 
+import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
+
+# isort: split
 import argparse
 import dataclasses
 import json
@@ -27,7 +30,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 from capsbench.attacks import ATTACKS, WORST_CASE
 from capsbench.config.compose import compose
 from capsbench.data import as_images

@@ -15,6 +15,9 @@ the broken images and the adversarial images are identical and exits 1 when anyt
 
 from __future__ import annotations
 
+import capsbench  # noqa: F401 I001  (sets OMP_WAIT_POLICY before torch loads OpenMP)
+
+# isort: split
 import argparse
 import hashlib
 import json
@@ -28,7 +31,6 @@ import torchattacks
 from attack_speed import train_briefly  # benchmarks/attack_speed.py: a few hundred Adam steps
 from omegaconf import OmegaConf
 
-import capsbench  # noqa: F401  (sets OMP_WAIT_POLICY before torch loads OpenMP)
 from capsbench.attacks import ATTACKS, AttackSettings, decisions
 from capsbench.config.compose import compose
 from capsbench.data import DATASETS, as_images, load_splits

@@ -14,6 +14,9 @@ Target (not a test): capsbench at least as fast as the reference, and faster wit
 
 from __future__ import annotations
 
+import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
+
+# isort: split
 import argparse
 import os
 import statistics
@@ -24,7 +27,6 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.nn import functional as F
 
-import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 from capsbench.config.compose import compose
 from capsbench.config.schema import TrainConfig
 from capsbench.cost.roofline import dominant_layers, layer_throughput, peak_flops, step_throughput
