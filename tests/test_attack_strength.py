@@ -33,7 +33,7 @@ def test_the_worst_case_is_as_strong_as_a_multi_targeted_reference(tmp_path, mni
     model_name = "capsnet"
     cfg = compose(["suite=robustness", "budget=smoke", f"models=[{model_name}]", f"output_dir={tmp_path}",
                    "tracking.enabled=false", f"data.root={mnist_root}", "data.download=false", "device=cpu",
-                   "data.test_subset=120", "params.pgd_steps=50", "params.attacks=[fgsm,pgd,pgd_adaptive,vote]",
+                   "data.test_subset=60", "params.pgd_steps=50", "params.attacks=[fgsm,pgd,pgd_adaptive,vote]",
                    f"params.eps.mnist=[0,{','.join(map(str, EPS))}]"])
     [unit] = plan(cfg)
     model = trained(unit).model.eval()
