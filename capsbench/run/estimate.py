@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from capsbench.run.units import UnitSpec
 
 # Minutes on a 2-core x86-64 CPU at budget=quick, one seed, measured by the runs of results/README.md
-# (robustness-quick-cpu2.md: training on the MNIST protocol, and its attacks per model; detection-quick-cpu2.md:
+# (robustness-quick-cpu2.md: training on the MNIST protocol, and its attacks per model, CapsNet's an idle-machine
+# estimate from a loaded run; detection-quick-cpu2.md:
 # capsnet's attacks with params.detection_fpr=0.05; overlap-quick-cpu2.md: 7.4 min for four models, training
 # included; efficiency-quick-cpu2.md: 1.8 min for three models).
 QUICK_TRAINING = {"capsnet": 2.6, "cnn_sabour": 5.1, "cnn_9x9": 2.1}
 QUICK_MEASURING = {
-    ("robustness", "capsnet"): 12.3,
+    ("robustness", "capsnet"): 17.7,  # 12.3 before pgd_adaptive's raw-evidence and targeted passes; scaled, see there
     ("robustness", "cnn_sabour"): 6.3,
     ("robustness", "cnn_9x9"): 2.5,
     ("accuracy", "capsnet"): 0.1,
