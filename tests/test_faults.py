@@ -96,6 +96,7 @@ def test_every_unit_failing_exits_3_without_tables(tmp_path, synthetic, mnist_ro
 
 STALL = """
 import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, even if pytest runs in the background
 from pathlib import Path
 from conftest import make_splits
 from capsbench.cli import app
