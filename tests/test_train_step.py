@@ -86,7 +86,7 @@ def test_compile_and_precision_key_the_checkpoint_only_when_not_default(smoke_cf
 
 def _trained_weights(cfg, splits, name="capsnet", **args):
     torch.manual_seed(0)
-    model = create_model(name, **args)
+    model = create_model(name, **args).to(cfg.device)  # fit trains the model where it is, as obtain_model hands it
     meta = fit(model, splits, cfg, default_protocol(cfg), seed=0)
     return [p.detach().clone() for p in model.state_dict().values()], meta
 

@@ -45,7 +45,8 @@ def correct(
     """(N,) bool: whether the model's top-1 decision on each image is its label."""
     if len(y) == 0:
         raise ValueError("accuracy of an empty split is undefined")
-    return predict(model, x, y, batch_size=batch_size, device=device, transform=transform) == y
+    # predictions come back on the CPU; labels may live on the device (training keeps its splits there)
+    return predict(model, x, y, batch_size=batch_size, device=device, transform=transform) == y.cpu()
 
 
 def accuracy(
