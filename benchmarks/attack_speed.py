@@ -33,6 +33,7 @@ from torch.nn import functional as F
 from capsbench.attacks import ATTACKS, AttackSettings, decisions
 from capsbench.attacks.base import start_noise
 from capsbench.config.compose import compose
+from capsbench.config.request import parse_command_line
 from capsbench.config.schema import TrainConfig
 from capsbench.cost.roofline import peak_flops, step_throughput
 from capsbench.cost.timing import device_label
@@ -46,7 +47,7 @@ EPS, STEPS, STEP_RATIO = 0.1, 20, 2.5
 
 def quick_capsnet(device: str) -> tuple[Classifier, dict]:
     """capsnet at the quick budget's sizes for MNIST, seeded."""
-    cfg = compose(["budget=quick"], require_suite=False)
+    cfg = compose(parse_command_line(["budget=quick"]), require_suite=False)
     spec = DATASETS.get("mnist")
     args = MODELS.get("capsnet").arguments()
     args.update(OmegaConf.to_container(cfg.model_args).get("capsnet") or {})

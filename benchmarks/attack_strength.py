@@ -32,12 +32,13 @@ import torch
 
 from capsbench.attacks import ATTACKS, WORST_CASE
 from capsbench.config.compose import compose
+from capsbench.config.request import parse_command_line
 from capsbench.data import as_images
 from capsbench.models import create_model
 from capsbench.run.execute import load_data, trained
 from capsbench.run.plan import plan
 from capsbench.suites import SUITES, Context
-from capsbench.suites.robustness import settings as attack_settings
+from capsbench.suites.robustness.suite import settings as attack_settings
 from capsbench.util.stats import decode_outcomes, mcnemar_p, wilson_interval
 
 EPS = (0.05, 0.1, 0.15, 0.2)
@@ -140,7 +141,7 @@ def main() -> None:
     args = parser.parse_args()
     overrides = ["suite=robustness", f"models=[{args.model}]", f"data.test_subset={args.images}", "device=cpu",
                  *([f"cache_dir={args.cache_dir}"] if args.cache_dir else []), *args.set]
-    cfg = compose(overrides)
+    cfg = compose(parse_command_line(overrides))
     [unit] = plan(cfg)
     if args.checkpoint is not None:  # weights trained by capsbench under an older code hash: the same model
         blob = torch.load(args.checkpoint, map_location="cpu", weights_only=True)

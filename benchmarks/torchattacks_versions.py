@@ -33,6 +33,7 @@ from omegaconf import OmegaConf
 
 from capsbench.attacks import ATTACKS, AttackSettings, decisions
 from capsbench.config.compose import compose
+from capsbench.config.request import parse_command_line
 from capsbench.data import DATASETS, as_images, load_splits
 from capsbench.models import MODELS, Classifier, create_model
 from capsbench.train.step import auto_threads
@@ -41,7 +42,7 @@ from capsbench.train.step import auto_threads
 def smoke_model(name: str) -> Classifier:
     """`name` at the smoke budget's sizes for MNIST, seeded: small, so that AutoAttack's thousands of passes per image
     take minutes on a CPU; what is compared is torchattacks' code, not the model."""
-    cfg = compose(["budget=smoke"], require_suite=False)
+    cfg = compose(parse_command_line(["budget=smoke"]), require_suite=False)
     spec = DATASETS.get("mnist")
     args = MODELS.get(name).arguments()
     args.update(OmegaConf.to_container(cfg.model_args).get(name) or {})

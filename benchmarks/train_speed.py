@@ -28,6 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from capsbench.config.compose import compose
+from capsbench.config.request import parse_command_line
 from capsbench.config.schema import TrainConfig
 from capsbench.cost.roofline import dominant_layers, layer_throughput, peak_flops, step_throughput
 from capsbench.cost.timing import device_label, time_call
@@ -176,7 +177,7 @@ def reference_for(name: str, model: Classifier, args: dict) -> nn.Module:
 
 def quick_args(name: str, budget: str) -> dict:
     """Constructor arguments of `name` at the budget's sizes, read through capsbench's config, on MNIST."""
-    cfg = compose([f"budget={budget}"], require_suite=False)
+    cfg = compose(parse_command_line([f"budget={budget}"]), require_suite=False)
     spec = DATASETS.get("mnist")
     args = MODELS.get(name).arguments()
     args.update(OmegaConf.to_container(cfg.model_args).get(name) or {})
@@ -280,7 +281,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     rounds, per_round = (3, 2) if args.quick else (9, 3)
-    cfg = compose([f"budget={args.budget}"], require_suite=False)
+    cfg = compose(parse_command_line([f"budget={args.budget}"]), require_suite=False)
     ratios, compiled = {}, {}
     threads = args.threads or auto_threads()
     torch.set_num_threads(threads)

@@ -113,85 +113,94 @@ def _setup_logging(quiet: bool = False) -> None:
     "(remeasure=true measures everything again)."
 )
 def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
-    """`capsbench run`: compose, check, plan, launch and tabulate the named suites (suite=claims: what the claims
-    need)."""
-    from capsbench.config.compose import compose_suites, parse_overrides, settle_device  # lazy: torch-free
-    from capsbench.config.preflight import check_before_work  # lazy, as above
-
+    """`capsbench run`: parse, compose, check, plan, launch and tabulate the named suites (suite=claims: what the
+    claims need, then their verdicts), all through the one driver."""
     _check_format(fmt)
     with sigterm_as_interrupt():
         try:
-            if _names_claims(parse_overrides(list(overrides or [])).get("suite", "")):
-                return _run_claims(list(overrides or []), quiet)
-            cfgs = compose_suites(list(overrides or []), resolve_device=False)
-            for cfg in cfgs:
-                check_before_work(cfg)
-                settle_device(cfg)  # imports torch: after every check that does not need it
-            from capsbench.run.driver import run_suites  # heavy: only once the input is known to be good
+            plan = _plan(_request(overrides), overrides)
+            from capsbench.run.driver import run_plan  # heavy: only once the input is known to be good
             from capsbench.util.progress import redirect_logging  # loaded already by the line above
 
             _setup_logging(quiet)
             with redirect_logging():
-                results = run_suites(cfgs)
+                result = run_plan(plan)
         except CapsbenchError as exc:
             _fail(str(exc), exc.exit_status)
         except KeyboardInterrupt as exc:
             _interrupted(exc, "every finished unit and checkpoint is kept, every open MLflow run is marked KILLED, "
                               "and training resumes from its last epoch; run the same command again to measure only "
                               "what is missing")
-    if fmt == "json":
-        typer.echo(json.dumps([_run_json(cfg, result) for cfg, result in zip(cfgs, results)], indent=1))
-    else:
-        for cfg, result in zip(cfgs, results):
-            if not quiet and result.markdown:
-                typer.echo(result.markdown)
-            typer.echo(_where(cfg, result))
-    failed = [unit for result in results for unit in result.missing]
-    if failed:
-        from capsbench.run.driver import failure_line  # loaded already by run_suites
-
-        typer.echo(f"error: {len(failed)} unit(s) failed (each suite's MLflow run is marked FAILED):", err=True)
-        for unit in failed:
-            typer.echo(f"  {failure_line(unit)}", err=True)
-        raise typer.Exit(EXIT_RUN_FAILED)
-
-
-def _names_claims(suite: str) -> bool:
-    """suite=claims (alone); naming it in a list of suites is an error."""
-    names = [n.strip() for n in suite.strip("[]").split(",")]
-    if "claims" in names and len(names) > 1:
-        raise CapsbenchError("suite=claims runs alone: it plans the suites each claim needs; run others separately")
-    return names == ["claims"]
-
-
-def _run_claims(overrides: list[str], quiet: bool) -> None:
-    """`capsbench run suite=claims`: the plan up front, then the units, the claims table and where the report is."""
-    from capsbench.run.claims_plan import plan_claims  # lazy: --help does not need it
-
-    try:
-        plan = plan_claims(overrides)
-        from capsbench.run.claims_run import announce, run_claims  # heavy: only once the input is known to be good
-
-        _setup_logging(quiet)
-        announce(plan)
-        result = run_claims(plan)
-    except CapsbenchError as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt as exc:
-        _interrupted(exc, "every finished unit and checkpoint is kept; run the same command again")
-    if not quiet:
-        typer.echo(result.markdown)
-    root = result.paths["claims.md"].parent
-    typer.echo(f"claims: {root}/claims.{{md,tex,csv}}; report {root}/report.{{md,tex}}; records {root}/records.jsonl")
-    if result.parent_run_id:
-        typer.echo(f"  MLflow run {result.parent_run_id} in {plan.cfg.tracking.uri}")
+    _print_run(plan, result, quiet, fmt)
     if result.missing:
-        from capsbench.run.driver import failure_line  # loaded already by run_claims
+        from capsbench.run.driver import failure_line  # loaded already by run_plan
 
-        typer.echo(f"error: {len(result.missing)} unit(s) failed, missing from the verdicts:", err=True)
+        typer.echo(f"error: {len(result.missing)} unit(s) failed (their sections' MLflow runs are marked FAILED):",
+                   err=True)
         for unit in result.missing:
             typer.echo(f"  {failure_line(unit)}", err=True)
         raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def _request(overrides: list[str] | None) -> Any:
+    """The command line's key=value settings, parsed once (with config=FILE read): every command's door."""
+    from capsbench.config.request import parse_command_line  # lazy: torch-free, but --help does not need it
+
+    return parse_command_line(list(overrides or []))
+
+
+def _plan(request: Any, overrides: list[str] | None) -> Any:
+    """The driver's plan of a `capsbench run`, every section's config checked against the machine before any work:
+    one section per suite, or the sections the claims need and the step that judges them."""
+    from capsbench.config.compose import compose_suites, settle_device  # lazy: torch-free
+    from capsbench.config.preflight import check_before_work  # lazy, as above
+    from capsbench.run.claims_plan import is_claims  # lazy, as above
+
+    if is_claims(request):
+        from capsbench.run.claims_plan import plan_claims  # imports the suites (torch): only for suite=claims
+
+        plan = plan_claims(request, "capsbench run " + " ".join(overrides or [])).plan
+        for section in plan.sections:
+            try:
+                check_before_work(section.cfg)
+            except CapsbenchError as exc:
+                raise CapsbenchError(f"{exc} (needed by the claims section {section.key}; leave its claims out with "
+                                     "claims=[...])") from None
+        return plan
+    cfgs = compose_suites(request, resolve_device=False)
+    for cfg in cfgs:
+        check_before_work(cfg)
+        settle_device(cfg)  # imports torch: after every check that does not need it
+    from capsbench.run.plan import suite_plan  # with torch, now that the input is known to be good
+
+    return suite_plan(cfgs)
+
+
+def _print_run(plan: Any, result: Any, quiet: bool, fmt: str) -> None:
+    """What a run made: its tables (or the claims table) and where everything is; JSON for scripts."""
+    if fmt == "json":
+        rows = [_run_json(s.cfg, s) for s in result.sections]
+        if result.finished is not None:
+            rows.append({"suite": plan.finish.name, "budget": plan.cfg.budget,
+                         "files": {n: str(p) for n, p in result.finished.paths.items()},
+                         "mlflow": {"run_id": result.run_id, "tracking_uri": plan.cfg.tracking.uri},
+                         **result.finished.summary})
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    for section in result.sections:
+        if not quiet and section.markdown and result.finished is None:
+            typer.echo(section.markdown)
+        typer.echo(_where(section.cfg, section))
+    if result.finished is not None:
+        if not quiet:
+            typer.echo(result.finished.markdown)
+        paths = result.finished.paths
+        root = paths["claims.md"].parent
+        typer.echo(f"claims: {root}/claims.{{md,tex,csv}}; report {root}/report.{{md,tex}}; records "
+                   f"{paths['records.jsonl']}")
+        if result.run_id:
+            typer.echo(f"  MLflow run {result.run_id} in {plan.cfg.tracking.uri}; browse: "
+                       f"{ui_command(plan.cfg.tracking.uri)}")
 
 
 def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
@@ -238,19 +247,18 @@ def _where(cfg: Any, result: Any) -> str:
 )
 def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench train`: the checkpoint of one model and seed, from the cache or trained now."""
-    from capsbench.config.compose import compose, parse_overrides, settle_device  # lazy: torch-free, as in run
+    from capsbench.config.compose import compose, settle_device  # lazy: torch-free, as in run
     from capsbench.config.preflight import check_before_work  # lazy, as above
 
     _check_format(fmt)
     with sigterm_as_interrupt():
         try:
-            items = list(overrides or [])
-            raw = parse_overrides(items)
-            if "model" not in raw:
+            request = _request(overrides)
+            model, seed = request.get("model"), request.get("seed", 0)
+            if model is None:
                 raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
-            rest = [i for i in items if not i.startswith(("model=", "seed="))]
-            cfg = compose([*rest, f"models=[{raw['model']}]", f"seeds=[{raw.get('seed', '0')}]"], require_suite=False,
-                          resolve_device=False)
+            cfg = compose(request.without("model", "seed").merged({"models": [model], "seeds": [seed]}),
+                          require_suite=False, resolve_device=False)
             check_before_work(cfg)
             settle_device(cfg)  # imports torch: after every check that does not need it
             from capsbench.run.execute import trained as train_unit  # heavy: only once the input is known to be good
@@ -259,7 +267,7 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
 
             _setup_logging(quiet)
             with redirect_logging():
-                trained = train_unit(training_unit(cfg, raw["model"], cfg.seeds[0]))
+                trained = train_unit(training_unit(cfg, cfg.models[0], cfg.seeds[0]))
         except CapsbenchError as exc:
             _fail(str(exc), exc.exit_status)
         except KeyboardInterrupt as exc:
@@ -269,13 +277,13 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
         source += f", fine-tuned from weights sha256:{trained.meta['identity']['init']['weights_sha256'][:16]}"
     if fmt == "json":
         meta = trained.meta
-        summary = {"model": raw["model"], "seed": cfg.seeds[0], "source": source, "key": trained.key,
+        summary = {"model": cfg.models[0], "seed": cfg.seeds[0], "source": source, "key": trained.key,
                    "checkpoint": str(trained.path), "best_epoch": meta["best_epoch"],
                    "best_val_accuracy": 100 * meta["best_val_accuracy"], "history": meta["history"]}
         typer.echo(json.dumps(summary, indent=1))
         return
     typer.echo(
-        f"{raw['model']} ({source}): best epoch {trained.meta['best_epoch']}, "
+        f"{cfg.models[0]} ({source}): best epoch {trained.meta['best_epoch']}, "
         f"validation accuracy {100 * trained.meta['best_val_accuracy']:.2f} %\ncheckpoint: {trained.path}"
     )
 
@@ -299,7 +307,7 @@ def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "tex
 
     _check_format(fmt)
     try:
-        cfg = compose_report(list(overrides or []))
+        cfg = compose_report(_request(overrides))
         check_tracking(cfg.tracking.uri, reading=True)
         from capsbench.reporting.report import build_report  # heavy: only once the input is known to be good
         from capsbench.util.progress import redirect_logging  # loaded already by the line above
@@ -322,7 +330,7 @@ def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "tex
 
 
 def _arguments(spec: Any) -> dict[str, Any]:
-    """A model's arguments; for an outside model whose source cannot be read, why (it is still listed)."""
+    """A model's arguments; for an external model whose source cannot be read, why (it is still listed)."""
     try:
         return spec.arguments()
     except CapsbenchError as exc:
@@ -413,7 +421,7 @@ def list_(
         from capsbench.run.checkpoint_list import cache_directory, list_checkpoints, text_lines  # lazy: torch-free
 
         try:
-            directory = cache_directory(list(overrides or []))
+            directory = cache_directory(_request(overrides))
         except CapsbenchError as exc:
             _fail(str(exc))
         rows = list_checkpoints(directory)
@@ -424,14 +432,14 @@ def list_(
         else:
             typer.echo(f"no checkpoints in {directory}", err=True)
         return
-    if overrides and (what != "models" or not all(o.startswith(("register.", "config=")) for o in overrides)):
+    if overrides and what != "models":
         _fail(f"`capsbench list {what}` takes no key=value settings (models: register.<alias>= and config=), "
               f"got {' '.join(overrides)}")
     if what == "models":
-        from capsbench.config.outside import register_listed  # lazy: torch-free, but --help does not need it
+        from capsbench.config.external import register_listed  # lazy: torch-free, but --help does not need it
 
         try:
-            register_listed(list(overrides or []))
+            register_listed(_request(overrides))
         except CapsbenchError as exc:
             _fail(str(exc))
     rows = _catalog(what)
@@ -458,15 +466,16 @@ def check_model(
     fmt: Format = "text",
 ) -> None:
     """`capsbench check-model`: the model contract on a real batch."""
-    from capsbench.config.compose import compose, parse_overrides  # lazy: torch-free, but --help does not need it
+    from capsbench.config.compose import compose  # lazy: torch-free, but --help does not need it
 
     _check_format(fmt)
     try:
-        items = list(overrides or [])
+        request = _request(overrides)
         alias, register = _check_target(name)
-        weights = parse_overrides(items).get("weights")
-        items = [i for i in items if not i.startswith("weights=")] + ([f"weights.{alias}={weights}"] if weights else [])
-        cfg = compose([*register, *items, f"models=[{alias}]"], require_suite=False)
+        weights = request.get("weights")
+        if isinstance(weights, str):  # weights=PATH: this model's
+            request = request.without("weights").merged({"weights": {alias: weights}})
+        cfg = compose(request.merged({"register": register, "models": [alias]}), require_suite=False)
         from capsbench.run.model_trial import (
             check_model as run_checks,  # heavy: only once the input is known to be good
         )
@@ -479,7 +488,8 @@ def check_model(
                                "macs": report.macs, "findings": [vars(f) for f in report.findings]}, indent=1))
     else:
         words = {True: "ok  ", False: "FAIL", None: "info"}
-        typer.echo(f"{alias} on {cfg.dataset}" + (f", weights {cfg.weights[alias]}" if weights else ", untrained"))
+        weighed = f", weights {cfg.weights[alias]}" if alias in cfg.weights else ", untrained"
+        typer.echo(f"{alias} on {cfg.dataset}{weighed}")
         for f in report.findings:
             typer.echo(f"{words[f.ok]} {f.check}" + (f": {f.text}" if f.ok is not True else ""))
         typer.echo(f"cost: {report.params:,} parameters, {report.macs:,} MACs per image (FLOPs = 2 x MACs)")
@@ -488,15 +498,16 @@ def check_model(
     raise typer.Exit(0 if report.passed else 1)
 
 
-def _check_target(name: str) -> tuple[str, list[str]]:
-    """check-model's NAME as (alias, overrides registering it): a package.module:Class path gets an alias of its own."""
+def _check_target(name: str) -> tuple[str, dict[str, str]]:
+    """check-model's NAME as (alias, the register.* settings that register it): a package.module:Class path gets an
+    alias of its own."""
     if ":" not in name:
-        return name, []
-    from capsbench.models.outside import BUILT_INS  # lazy: torch-free, but --help does not need it
+        return name, {}
+    from capsbench.models.external import BUILT_INS  # lazy: torch-free, but --help does not need it
 
     alias = name.rpartition(":")[2].lower()
     alias = f"{alias}_own" if alias in BUILT_INS or not alias.isidentifier() else alias
-    return alias, [f"register.{alias}={name}"]
+    return alias, {alias: name}
 
 
 @app.command(
@@ -512,7 +523,7 @@ def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
 
     _check_format(fmt)
     try:
-        cfg = compose(list(overrides or []), resolve_device=False)
+        cfg = compose(_request(overrides), resolve_device=False)
     except CapsbenchError as exc:
         _fail(str(exc))
     if fmt == "json":

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.data import DatasetSpec, Splits
 
 REPO = Path(__file__).resolve().parent.parent

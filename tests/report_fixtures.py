@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from capsbench.suites.robustness_checks import sanity_flags
+from capsbench.suites.robustness.checks import sanity_flags
 from capsbench.util.stats import accuracy_fields, error_fields
 
 

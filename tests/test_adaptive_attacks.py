@@ -12,10 +12,10 @@ from capsbench import list_models
 from capsbench.attacks import ATTACKS, decisions
 from capsbench.attacks.objectives import AdaptiveObjective, Judgement, Objective, RawEvidenceObjective, raw_evidence
 from capsbench.attacks.pgd import ranked_target, targeted_margin
-from capsbench.models import capsules, routing
-from capsbench.models.capsules import capsule_logits, squash
-from capsbench.models.routing import DynamicRouting
-from capsbench.models.straight_through import saturating, straight_through
+from capsbench.layers import capsules, routing
+from capsbench.layers.capsules import capsule_logits, squash
+from capsbench.layers.routing import DynamicRouting
+from capsbench.layers.straight_through import saturating, straight_through
 
 VOTE_MODELS = ("capsnet", "effcapsnet", "capsnet_em")
 

@@ -3,11 +3,11 @@ adversarially trained models."""
 
 import pytest
 import torch
+from composing import compose
 from torch import nn
 
 from capsbench import create_model
 from capsbench.attacks import ATTACKS, AttackSettings
-from capsbench.config.compose import compose
 from capsbench.data import as_images, load_splits
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.frame import records_frame

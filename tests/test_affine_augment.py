@@ -3,8 +3,8 @@ keep every digit's ink on the canvas, and give the affine suite its own protocol
 
 import pytest
 import torch
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.data.affine_augment import (
     AugmentRanges,
     affine_matrices,

@@ -3,8 +3,8 @@ accuracy."""
 
 import pytest
 import torch
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.errors import CapsbenchError
 from capsbench.models import create_model
 from capsbench.suites import SUITES, Context

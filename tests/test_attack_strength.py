@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.data import as_images
 from capsbench.run.execute import load_data, trained
 from capsbench.run.plan import plan

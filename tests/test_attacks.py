@@ -13,8 +13,8 @@ from capsbench.attacks import ATTACKS, AttackSettings, decisions, margin
 from capsbench.attacks.pgd import PGD
 from capsbench.data import batches
 from capsbench.errors import CapsbenchError
+from capsbench.layers.capsules import LOG_EPS
 from capsbench.models import LogitsAdapter
-from capsbench.models.capsules import LOG_EPS
 
 SETTINGS = AttackSettings(
     steps=10, step_ratio=2.5, restarts=1, square_queries=50, num_classes=10, seed=0, batch_size=40

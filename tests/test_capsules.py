@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from capsbench.models.capsules import CapsuleVotes, Decoder, capsule_logits, margin_loss, squash
+from capsbench.layers.capsules import CapsuleVotes, Decoder, capsule_logits, margin_loss, squash
 
 
 def test_squash_norms_in_unit_interval_and_direction_kept():
@@ -69,7 +69,7 @@ def test_decoder_masks_all_but_one_class():
 
 
 def test_squash_backward_equals_autograd_including_zero():
-    from capsbench.models.capsules import squash_backward
+    from capsbench.layers.capsules import squash_backward
 
     torch.manual_seed(0)
     s = torch.randn(6, 5, 16, dtype=torch.float64) * torch.logspace(-5, 2, 5, dtype=torch.float64).view(1, 5, 1)

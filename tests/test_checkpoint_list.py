@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from capsbench.config.request import parse_command_line
 from capsbench.errors import CapsbenchError
 from capsbench.run.checkpoint_list import cache_directory, list_checkpoints
 from capsbench.train.checkpoints import CheckpointCache
@@ -63,9 +64,9 @@ def test_a_checkpoint_without_sidecar_is_read_from_the_file(cache):
 
 def test_cache_directory_follows_run_defaults(tmp_path, monkeypatch):
     monkeypatch.delenv("CAPSBENCH_CACHE", raising=False)
-    assert cache_directory([f"output_dir={tmp_path}"]) == tmp_path / "checkpoints"
-    assert cache_directory([f"cache_dir={tmp_path}/c"]) == tmp_path / "c"
+    assert cache_directory(parse_command_line([f"output_dir={tmp_path}"])) == tmp_path / "checkpoints"
+    assert cache_directory(parse_command_line([f"cache_dir={tmp_path}/c"])) == tmp_path / "c"
     monkeypatch.setenv("CAPSBENCH_CACHE", str(tmp_path / "env"))
-    assert cache_directory([]) == tmp_path / "env"
+    assert cache_directory(parse_command_line([])) == tmp_path / "env"
     with pytest.raises(CapsbenchError, match="did you mean 'cache_dir'"):
-        cache_directory(["cache_dri=x"])
+        cache_directory(parse_command_line(["cache_dri=x"]))

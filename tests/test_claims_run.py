@@ -4,21 +4,24 @@ bad input that stops it before anything loads."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+from composing import compose
 from conftest import make_splits
 from typer.testing import CliRunner
 
 from capsbench.cli import app
-from capsbench.config.compose import compose
+from capsbench.config import preflight
+from capsbench.config.request import parse_command_line
 from capsbench.data.files import DATA_FILES
 from capsbench.reporting.baselines import baselines_dir
 from capsbench.reporting.claim_files import load_claims
 from capsbench.run import execute
 from capsbench.run.claims_plan import plan_claims
-from capsbench.run.claims_run import run_claims
+from capsbench.run.driver import run_plan
 from capsbench.run.plan import plan, unit_threads
 
 FASHION_CLAIM = """# A test fixture on real Fashion-MNIST, not a published claim: it exercises the plumbing only.
@@ -57,8 +60,9 @@ def fake_root(tmp_path: Path, *datasets: str) -> Path:
 def test_the_plan_has_units_for_every_claim_whose_data_exist(tmp_path: Path):
     root = fake_root(tmp_path, "mnist", "fashion_mnist")
     folder = with_fashion_claim(tmp_path)
-    p = plan_claims(["budget=smoke", f"data.root={root}", "data.download=false", f"output_dir={tmp_path / 'out'}",
-                     "device=cpu", f"baselines_dir={folder}"])
+    p = plan_claims(parse_command_line([
+        "budget=smoke", f"data.root={root}", "data.download=false", f"output_dir={tmp_path / 'out'}", "device=cpu",
+        f"baselines_dir={folder}"]))
     claims = load_claims(folder)
     present = {c.id for c in claims if c.dataset in ("mnist", "fashion_mnist") and "affnist" not in c.data}
     assert set(p.units) == present and set(p.lacking) == {c.id for c in claims} - present
@@ -85,7 +89,7 @@ def test_units_share_keys_with_ordinary_runs(tmp_path: Path):
     """A claim's side naming a default argument (routing_iterations: 3) keeps the ordinary unit's key, so nothing an
     ordinary `capsbench run suite=accuracy` measured is measured again."""
     common = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path}", "device=cpu"]
-    p = plan_claims([*common, "claims=[sabour2017-mnist-r3]"])
+    p = plan_claims(parse_command_line([*common, "claims=[sabour2017-mnist-r3]"]))
     cfg = compose([*common, "suite=accuracy", "models=[capsnet,cnn_sabour]", "seeds=[0,1,2]"])
     cfg.threads = unit_threads(cfg)  # as run_suites fixes it before planning
     ordinary = plan(cfg)
@@ -97,12 +101,13 @@ def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, mon
     units run (on synthetic images here) and it is judged, at smoke "protocol not met", never a verdict."""
     monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
     out = tmp_path / "out"
-    p = plan_claims(["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={out}",
-                     "device=cpu", "seeds=[0,1]", "train.epochs=1", f"tracking.uri=sqlite:///{out / 'mlflow.db'}",
-                     "claims=[sabour2017-mnist-r3,hinton2018-smallnorb]"])
+    command = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={out}", "device=cpu",
+               "seeds=[0,1]", "train.epochs=1", f"tracking.uri=sqlite:///{out / 'mlflow.db'}",
+               "claims=[sabour2017-mnist-r3,hinton2018-smallnorb]"]
+    p = plan_claims(parse_command_line(command))
     assert list(p.lacking) == ["hinton2018-smallnorb"] and "hinton2018-smallnorb" not in p.units
-    result = run_claims(p)
-    by_id = {j.claim.id: j for j in result.judged}
+    result = run_plan(p.plan)
+    by_id = {j.claim.id: j for j in result.finished.detail}
     mnist, norb = by_id["sabour2017-mnist-r3"], by_id["hinton2018-smallnorb"]
     assert mnist.verdict == "protocol not met" and mnist.seeds == 2 and "budget=smoke" in mnist.reason
     assert norb.verdict == "no records" and "smallnorb-5x01235x9x18x6x2x96x96-testing-cat.mat" in norb.reason
@@ -112,9 +117,10 @@ def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, mon
     assert "## Claims whose data files are absent (not planned)" in table and "cs.nyu.edu" in table
     report = (out / "claims" / "report.md").read_text()
     assert "## accuracy-mnist-1" in report and "| capsnet" in report and "## Claims" in report
-    assert {"claims.md", "claims.tex", "claims.csv", "report.md", "report.tex", "records.jsonl"} <= set(result.paths)
-    again = run_claims(plan_claims(p.overrides))  # the same command: every unit is kept, nothing runs again
-    assert [j.verdict for j in again.judged] == [j.verdict for j in result.judged]
+    assert {"claims.md", "claims.tex", "claims.csv", "report.md", "report.tex", "records.jsonl"} <= set(
+        result.finished.paths)
+    again = run_plan(plan_claims(parse_command_line(command)).plan)  # the same command: every unit is kept
+    assert [j.verdict for j in again.finished.detail] == [j.verdict for j in result.finished.detail]
 
 
 @pytest.mark.parametrize(
@@ -139,3 +145,50 @@ def test_claims_runs_alone(tmp_path: Path):
 def test_a_bad_claim_id_fails_before_torch_loads(cli_probe, tmp_path: Path):
     probe = cli_probe(["run", "suite=claims", "claims=[nope]"], cwd=tmp_path)
     assert probe.code == 2 and "unknown claim 'nope'" in probe.stderr and "torch" not in probe.heavy
+
+
+def _claims_cli(tmp_path: Path, *extra: str) -> list[str]:
+    """`capsbench run suite=claims` of the Fashion-MNIST fixture claim at smoke size, everything under tmp_path."""
+    return ["run", "suite=claims", "budget=smoke", "device=cpu", "seeds=[0]", "train.epochs=1",
+            f"baselines_dir={with_fashion_claim(tmp_path)}", "claims=[fixture-fashion-fgsm]",
+            f"output_dir={tmp_path / 'out'}", *extra]
+
+
+def test_offline_claims_run_with_data_to_download_stops_before_anything_is_written(tmp_path: Path, monkeypatch):
+    """The claims path gets the checks before work of every run: Fashion-MNIST absent, data.download=true and no
+    answer from its download host is one line and exit 2, before a file, run or download exists."""
+    monkeypatch.setattr(preflight, "reachable", lambda host, port, timeout=3.0: "no answer within 3 s")
+    root = fake_root(tmp_path, "mnist")
+    result = CliRunner().invoke(app, _claims_cli(tmp_path, f"data.root={root}", "data.download=true"))
+    errors = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(errors) == 1 and errors[0].startswith("error: ") and "cannot be reached" in errors[0], result.output
+    assert "fashion_mnist" in errors[0] and "claims section robustness-fashion_mnist-1" in errors[0]
+    assert not (tmp_path / "out").exists() and not (root / "FashionMNIST").exists()
+
+
+def test_a_unit_failing_inside_a_claims_run_exits_3_with_the_claims_table(tmp_path: Path, monkeypatch):
+    def broken(dataset, data):
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr(execute, "load_data", broken)
+    root = fake_root(tmp_path, "mnist", "fashion_mnist")
+    result = CliRunner().invoke(app, _claims_cli(tmp_path, f"data.root={root}", "tracking.enabled=false"))
+    assert result.exit_code == 3, result.output
+    assert "unit(s) failed" in result.output and "disk gone" in result.output
+    table = (tmp_path / "out" / "claims" / "claims.md").read_text()
+    assert "fixture-fashion-fgsm" in table and "failed (RuntimeError: disk gone)" in table
+
+
+def test_claims_run_prints_json_with_its_verdicts(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    root = fake_root(tmp_path, "mnist", "fashion_mnist")
+    result = CliRunner().invoke(app, [*_claims_cli(tmp_path, f"data.root={root}"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    sections, claims = rows[:-1], rows[-1]
+    assert [s["suite"] for s in sections] == ["robustness"] and sections[0]["records"] > 0
+    assert claims["suite"] == "claims" and claims["mlflow"]["run_id"]
+    assert [c["id"] for c in claims["claims"]] == ["fixture-fashion-fgsm"]
+    assert claims["claims"][0]["verdict"] == "protocol not met"  # a smoke run never yields a verdict
+    assert Path(claims["files"]["claims.md"]).is_file()

@@ -1,10 +1,10 @@
 """Config composition: precedence, validation errors that name the fix, CLI exit status 2 with nothing written."""
 
 import pytest
+from composing import compose
 from typer.testing import CliRunner
 
 from capsbench.cli import app
-from capsbench.config.compose import compose
 from capsbench.config.per_model import model_trains
 from capsbench.errors import CapsbenchError
 

@@ -11,7 +11,7 @@ from capsbench.cost import routing_bench as rb
 from capsbench.cost.memory import StepSpec, cpu_peak_rss
 from capsbench.cost.timing import fit_line, routing_inputs, routing_modules, time_iterations
 from capsbench.errors import CapsbenchError
-from capsbench.models.routing import DynamicRouting
+from capsbench.layers.routing import DynamicRouting
 from capsbench.util.precision import autocast, check_precision
 
 

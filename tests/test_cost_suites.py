@@ -3,8 +3,8 @@ variants expanded into record columns, parameters validated before anything runs
 
 import pandas as pd
 import pytest
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.errors import CapsbenchError
 from capsbench.run import driver, execute
 from capsbench.suites import SUITES

@@ -1,4 +1,4 @@
-"""Faults that end cleanly (issue 28): a failed unit exits 3 with its parent run FAILED; SIGINT and SIGTERM exit 130
+"""Faults that end cleanly: a failed unit exits 3 with its parent run FAILED; SIGINT and SIGTERM exit 130
 and 143 with one line and every open run KILLED; a kill while a unit's results are being logged is cleaned up by the
 next invocation; a full disk mid-run or while the MLflow store is created is one line naming the path, losing
 nothing and leaving no half-built store; a half-built store heals; edited or malformed unit files are measured again.
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
+from composing import compose
 from conftest import REPO, make_splits
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from capsbench.cli import app
-from capsbench.config.compose import compose
 from capsbench.errors import NoSpace
 from capsbench.run import driver, execute
 from capsbench.run.plan import plan

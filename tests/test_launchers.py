@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from composing import compose, compose_suites
 from conftest import MNIST_ROOT
 from mlflow.tracking import MlflowClient
 
-from capsbench.config.compose import compose, compose_suites
 from capsbench.errors import CapsbenchError
 from capsbench.run import driver
 from capsbench.run.launchers import remote

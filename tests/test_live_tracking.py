@@ -1,4 +1,4 @@
-"""MLflow while it runs (issue 27, item 4) and the same thread count on every launcher (item 5): a unit's run is
+"""MLflow while it runs and the same thread count on every launcher: a unit's run is
 RUNNING with its curves while it trains, ends with its true duration, carries n and intervals beside each accuracy,
 its learning rate, the driver's host and pid, and its checkpoint, from which the model is rebuilt; SLURM jobs stream
 through an events file; every unit runs with the thread count its spec fixes. Synthetic images stand in for MNIST."""
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from composing import compose
 from conftest import make_splits
 from mlflow.tracking import MlflowClient
 
-from capsbench.config.compose import compose
 from capsbench.models import create_model
 from capsbench.run import driver, execute
 from capsbench.run.launchers import remote

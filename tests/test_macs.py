@@ -3,13 +3,13 @@ against FlopCounterMode on every registered model."""
 
 import pytest
 import torch
+from composing import compose
 from torch import nn
 
 from capsbench import create_model, list_models
-from capsbench.config.compose import compose
 from capsbench.cost.macs import count_macs, flop_counter_total, fvcore_analysis, parameter_counts
-from capsbench.models.capsules import CapsuleVotes
-from capsbench.models.routing import DynamicRouting
+from capsbench.layers.capsules import CapsuleVotes
+from capsbench.layers.routing import DynamicRouting
 
 
 def counted(module: nn.Module, *inputs: torch.Tensor) -> dict[str, int]:

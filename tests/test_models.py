@@ -5,38 +5,24 @@ import torch
 
 from capsbench import create_model, list_models
 from capsbench.errors import CapsbenchError
+from capsbench.layers.capsules import margin_loss
 from capsbench.models import MODELS
-from capsbench.models.capsules import margin_loss
 from capsbench.train.multimnist_protocol import MultiMNISTProtocol
 
-TINY = {
-    "capsnet": {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
-    "cnn_sabour": {"channels": (4, 4, 2), "fc": (8, 8)},
-    "cnn_9x9": {"channels": (4, 4, 2), "fc": (8, 8)},
-    "cnn_multimnist": {"channels": (4, 2), "fc": (8,)},
-    "cnn_hinton2018": {"channels": (4, 4), "fc": (8,)},
-    "capsnet_em": {"a_channels": 4, "b_types": 2, "c_types": 2, "d_types": 2},
-    "effcapsnet": {
-        "channels": (4, 4, 4, 8),
-        "primary_caps": 2,
-        "primary_dim": 4,
-        "class_dim": 4,
-        "decoder_hidden": (16,),
-    },
-    "srcapsnet": {"backbone_channels": (4, 4, 4), "caps_types": 2, "caps_dim": 4},
-    "cnn_avgpool": {"backbone_channels": (4, 4, 4)},
-    "resnet20": {"blocks": 1, "width": 4},
-    "resnet56": {"blocks": 1, "width": 4},
-    "resnet110": {"blocks": 1, "width": 4},
-}
+TINY_PARAMETERS = 200_000  # the generic tests build every model at its registry entry's test_args
 
 
 def tiny_args(name: str) -> dict:
-    return TINY.get(name, {})
+    """The registry entry's test_args: the tiny model the generic tests build (timm keeps test sizes the same way)."""
+    return dict(MODELS.get(name).test_args)
 
 
-def test_every_registered_model_has_tiny_args():
-    assert set(list_models()) <= set(TINY), "add tiny constructor args for new models to TINY"
+@pytest.mark.parametrize("name", list_models())
+def test_every_registered_model_is_tiny_at_its_test_args(name):
+    """A new model needs only its registry entry (with test_args=...), never an edit here."""
+    n = sum(p.numel() for p in create_model(name, **tiny_args(name)).parameters())
+    assert n < TINY_PARAMETERS, f"{name} has {n:,} parameters at its test_args: give its register_model entry " \
+        "test_args={...} that build a tiny model"
 
 
 @pytest.mark.parametrize("name", list_models())

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.config.per_model import model_trains
 from capsbench.errors import CapsbenchError
 from capsbench.train.loop import make_optimizer

@@ -3,12 +3,12 @@ models."""
 
 import pytest
 import torch
+from composing import compose
 from matplotlib.figure import Figure
 
 from capsbench import create_model
-from capsbench.config.compose import compose
 from capsbench.errors import CapsbenchError
-from capsbench.models.capsules import margin_loss, reconstruction_loss
+from capsbench.layers.capsules import margin_loss, reconstruction_loss
 from capsbench.reporting.frame import records_frame
 from capsbench.reporting.tables import build_tables
 from capsbench.suites import SUITES, Context

@@ -5,11 +5,11 @@ import math
 
 import pytest
 import torch
+from composing import compose
 from omegaconf import OmegaConf
 from torch import nn
 
 from capsbench import create_model
-from capsbench.config.compose import compose
 from capsbench.data import load_splits
 from capsbench.data.multimnist import make_recipe, render
 from capsbench.models.base import multi_hot_loss

@@ -1,4 +1,4 @@
-"""Paths are paths (issue 28, item 7): store URIs built from paths parse back to the same file with SQLAlchemy (what
+"""Paths are paths: store URIs built from paths parse back to the same file with SQLAlchemy (what
 MLflow opens them with), an output directory named with '?', '%' or a space keeps its MLflow database inside it, and
 printed commands quote their arguments."""
 

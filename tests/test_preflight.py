@@ -1,4 +1,4 @@
-"""Everything checkable is checked before any work or write (issue 28, item 2): model arguments against each model's
+"""Everything checkable is checked before any work or write: model arguments against each model's
 declared ranges, the planned dataset's files (or a download host that answers), an output directory that can be
 written, a tracking server that answers. Each failure is one line and exit 2 within 5 s, and nothing is written."""
 
@@ -173,7 +173,7 @@ def test_a_read_only_output_dir_is_refused(tmp_path, mnist_root, monkeypatch):
 
 
 def test_checks_read_the_machine_without_torch(tmp_path, cli_probe, mnist_root):
-    """The bad inputs of issue 28 refused in a fresh interpreter: exit 2 each, torch never imported."""
+    """The bad inputs refused in a fresh interpreter: exit 2 each, torch never imported."""
     port = closed_port()
     probe = cli_probe(
         [*RUN, "model_args.capsnet.routing_iterations=0", f"output_dir={tmp_path / 'a'}"],

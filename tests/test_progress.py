@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+from composing import compose
 from test_attacks import SETTINGS, tiny_model
 
 from capsbench.attacks import ATTACKS, decisions
 from capsbench.attacks.torchattacks_adapters import Square
-from capsbench.config.compose import compose
 from capsbench.run.plan import plan
 from capsbench.run.workload import plan_work, training_work
 from capsbench.util import progress

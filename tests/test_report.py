@@ -8,7 +8,7 @@ import pytest
 from capsbench.reporting import csv, latex, markdown
 from capsbench.reporting.frame import records_frame
 from capsbench.reporting.model import Header, Measured, Table, split_parts
-from capsbench.reporting.outputs import write_outputs
+from capsbench.reporting.outputs import write_suite
 from capsbench.reporting.tables import build_tables
 from capsbench.suites.accuracy import AccuracySuite
 from capsbench.suites.layout import Layout, SweepColumns, TableSpec
@@ -283,7 +283,7 @@ def test_latex_escapes_every_special_character():
 
 
 def test_suite_files(tmp_path):
-    paths = write_outputs(tmp_path, sweep_records(), SweepSuite)
+    paths = write_suite(tmp_path, sweep_records(), SweepSuite).paths
     assert set(paths) == {"records.csv", "table.md", "table.tex", "table-narrow.tex", "table-sweep.csv"}
     assert not list(tmp_path.glob(".*.tmp"))
     frame = pd.read_csv(paths["records.csv"])

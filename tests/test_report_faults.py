@@ -1,4 +1,4 @@
-"""`capsbench report` on stores with faults (issue 28): runs of different code versions are refused with one line
+"""`capsbench report` on stores with faults: runs of different code versions are refused with one line
 naming their commits (code= picks one); a corrupt or missing records.csv artifact is named and its run skipped; a run
 whose unit failed contributes its finished units and is never the reason for a refusal. The stores are written by
 the Tracker with fixed records (tests/report_fixtures.py), no training."""
@@ -7,13 +7,14 @@ import logging
 from pathlib import Path
 
 import pytest
+from composing import compose
 from mlflow.tracking import MlflowClient
 from report_fixtures import accuracy
 from typer.testing import CliRunner
 
 from capsbench.cli import app
-from capsbench.config.compose import compose, to_dict
-from capsbench.reporting.outputs import write_outputs
+from capsbench.config.compose import to_dict
+from capsbench.reporting.outputs import write_suite
 from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, flatten
@@ -43,7 +44,7 @@ def invocation(out: Path, seeds: list[int], *, code: str | None = CODE_A, commit
                                 params={"model_args.width": 8} if done else {},
                                 error=None if done else "ValueError: kernel larger than the image")
             tracker.log_unit(parent, result, tags, SUITES.get("accuracy").sweep_columns, reused=False)
-    paths = write_outputs(out / f"accuracy-{parent}", records, SUITES.get("accuracy"))
+    paths = write_suite(out / f"accuracy-{parent}", records, SUITES.get("accuracy")).paths
     tracker.finish_parent(parent, {}, [paths["records.csv"]], failed="1 unit(s) failed" if failing else None)
     return parent
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from composing import compose
 from conftest import make_splits
 from test_models import tiny_args
 from torch import nn
@@ -14,17 +15,18 @@ from typer.testing import CliRunner
 
 from capsbench import create_model, list_models
 from capsbench.cli import app
-from capsbench.config.compose import compose
 from capsbench.data import load_splits
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS, Classifier, ModelOutput
-from capsbench.reporting.outputs import write_outputs
+from capsbench.reporting.outputs import write_suite
+from capsbench.suites import SUITES
 from capsbench.suites.base import Context
-from capsbench.suites.robustness import RobustnessParams, RobustnessSuite
-from capsbench.suites.robustness_checks import CHECKS, sanity_flags
-from capsbench.suites.robustness_params import eps_grid
+from capsbench.suites.robustness.checks import CHECKS, sanity_flags
+from capsbench.suites.robustness.params import RobustnessParams, eps_grid
 from capsbench.train.protocols import TrainingProtocol
 from capsbench.util.stats import accuracy_fields
+
+RobustnessSuite = SUITES.get("robustness")  # named by its catalog entry
 
 
 class BandModel(Classifier):
@@ -166,7 +168,7 @@ def test_each_check_fires_on_its_own_violation(records, expected):
 def test_fired_flags_are_footnotes_of_the_table(tmp_path):
     rows = [{"suite": "robustness", **r} for r in curve_records([90, 50, 5], [90, 55, 0])]
     suite = RobustnessSuite()
-    md = write_outputs(tmp_path, rows, RobustnessSuite, notes=suite.notes(rows, RobustnessParams()))[
+    md = write_suite(tmp_path, rows, RobustnessSuite, notes=suite.notes(rows, RobustnessParams())).paths[
         "table.md"
     ].read_text()
     assert "FLAG m / d seed 0: pgd_not_weaker_than_fgsm" in md and "pgd 55.00 % > fgsm 50.00 % at eps=0.1" in md

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from capsbench.models.capsules import squash
-from capsbench.models.routing import DynamicRouting
+from capsbench.layers.capsules import squash
+from capsbench.layers.routing import DynamicRouting
 
 
 def reference_routing(u_hat: torch.Tensor, iterations: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,7 +71,7 @@ def test_iteration_hook_is_called_once_per_iteration():
 
 def test_gradients_through_capsule_votes_equal_autograd_of_reference():
     """CapsuleVotes hands routing strided votes and gets their gradient back in its own (in, B, out, D) layout."""
-    from capsbench.models.capsules import CapsuleVotes
+    from capsbench.layers.capsules import CapsuleVotes
 
     torch.manual_seed(0)
     votes = CapsuleVotes(in_caps=12, in_dim=4, out_caps=5, out_dim=6).double()
@@ -96,7 +96,7 @@ def test_gradcheck_of_v_and_the_last_pre_squash_s(iterations):
 def test_straight_through_gradient_with_one_iteration_is_the_uniform_coupling():
     """Known answer: r = 1 gives c = 1/out, s_j = sum_i u_hat_ij / out; with the squash's backward the identity,
     dL/du_hat_ij = (dL/dv_j + dL/ds_j) / out for every input capsule i."""
-    from capsbench.models.straight_through import straight_through
+    from capsbench.layers.straight_through import straight_through
 
     torch.manual_seed(0)
     u_hat = torch.randn(2, 6, 4, 3, dtype=torch.float64, requires_grad=True)
@@ -113,8 +113,8 @@ def test_strided_votes_with_pre_squash_loss_equal_the_reference_with_and_without
     """CapsuleVotes' strided layout, losses on v and the last s, the squash's backward real or the identity."""
     from contextlib import nullcontext
 
-    from capsbench.models.capsules import CapsuleVotes
-    from capsbench.models.straight_through import saturating, straight_through
+    from capsbench.layers.capsules import CapsuleVotes
+    from capsbench.layers.straight_through import saturating, straight_through
 
     def reference(u_hat):  # Procedure 1, every squash through `saturating`: v and the last s
         b = torch.zeros(u_hat.shape[:3], dtype=u_hat.dtype)
@@ -145,7 +145,7 @@ def test_compiled_routing_backward_equals_eager(st):
     """train.compile traces the custom backward (squash's closed form, no nested autograd.grad) without falling back."""
     from contextlib import nullcontext
 
-    from capsbench.models.straight_through import straight_through
+    from capsbench.layers.straight_through import straight_through
 
     torch.manual_seed(0)
     u_hat = torch.randn(4, 20, 5, 6, requires_grad=True)

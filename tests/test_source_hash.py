@@ -46,7 +46,7 @@ def test_editing_a_model_changes_only_its_key(smoke_cfg, tiny_splits, package_co
 
 def test_editing_a_module_a_model_imports_changes_its_key(smoke_cfg, tiny_splits, package_copy):
     before = _keys(smoke_cfg, tiny_splits)
-    _edit(package_copy / "models" / "capsules.py", "SQUASH_EPS = 1e-8", "SQUASH_EPS = 1e-7")
+    _edit(package_copy / "layers" / "capsules.py", "SQUASH_EPS = 1e-8", "SQUASH_EPS = 1e-7")
     after = _keys(smoke_cfg, tiny_splits)
     assert after["capsnet"] != before["capsnet"] and after["cnn_sabour"] == before["cnn_sabour"]
 
@@ -76,7 +76,7 @@ def test_editing_shared_training_code_changes_every_key(smoke_cfg, tiny_splits, 
         "cli.py",
         "tracking/writer.py",
         "attacks/pgd.py",
-        "suites/robustness.py",
+        "suites/robustness/suite.py",
         "models/__init__.py",
         "data/catalog.py",
         "train/checkpoints.py",
@@ -101,8 +101,8 @@ def test_the_closure_holds_the_model_training_and_data_code_only():
     files = hashing.weight_sources(roots)
     assert {
         "capsbench.models.capsnet",
-        "capsbench.models.routing",
-        "capsbench.models.capsules",
+        "capsbench.layers.routing",
+        "capsbench.layers.capsules",
         "capsbench.models.base",
         "capsbench.train.trained",
         "capsbench.train.loop",
@@ -150,7 +150,7 @@ def _move(package: Path, old: str, new: str) -> None:
     ("old", "new"),
     [
         ("train/step.py", "train/fast_step.py"),
-        ("models/capsules.py", "models/layers/capsule_layers.py"),
+        ("layers/capsules.py", "models/capsule_layers.py"),
         ("data/augment.py", "data/shift.py"),
     ],
 )

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.models import create_model
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "train_speed.py"

@@ -5,12 +5,12 @@ import os
 
 import pytest
 import torch
+from composing import compose
 
-from capsbench.config.compose import compose
 from capsbench.config.schema import TrainConfig
 from capsbench.data import random_shift
 from capsbench.errors import CapsbenchError
-from capsbench.models import create_model
+from capsbench.models import MODELS, create_model
 from capsbench.train.loop import fit, make_optimizer
 from capsbench.train.protocols import Batch, TrainingProtocol
 from capsbench.train.step import TrainStep, auto_threads, cpu_quota
@@ -18,7 +18,7 @@ from capsbench.train.trained import default_protocol, training_identity
 from capsbench.util import precision
 from capsbench.util.hashing import content_key
 
-TINY_CAPSNET = {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": [16]}
+TINY_CAPSNET = MODELS.get("capsnet").test_args
 
 
 def test_cgroup_quota_rounds_up_and_max_means_none(tmp_path):

@@ -10,10 +10,10 @@ import time
 
 import mlflow
 import pytest
+from composing import compose
 from conftest import make_splits
 from mlflow.tracking import MlflowClient
 
-from capsbench.config.compose import compose
 from capsbench.run import driver, execute
 from capsbench.run.plan import plan
 from capsbench.run.store import UnitStore

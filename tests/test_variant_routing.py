@@ -5,10 +5,10 @@ import math
 import torch
 
 from capsbench import create_model
+from capsbench.layers.em_routing import EMRouting, e_step, m_step
+from capsbench.layers.self_attention_routing import SelfAttentionRouting, exp_squash
+from capsbench.layers.self_routing import SelfRouting2d
 from capsbench.models.capsnet_em import spread_loss
-from capsbench.models.em_routing import EMRouting, e_step, m_step
-from capsbench.models.self_attention_routing import SelfAttentionRouting, exp_squash
-from capsbench.models.self_routing import SelfRouting2d
 
 
 def reference_em(votes, a_in, beta_u, beta_a, lam, iterations, min_variance=0.01, eps=1e-6):

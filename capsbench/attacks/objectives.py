@@ -12,9 +12,9 @@ import torch
 
 from capsbench.attacks.base import REJECTED
 from capsbench.attacks.detector import reconstruction_distance
+from capsbench.layers.capsules import capsule_logits
+from capsbench.layers.straight_through import straight_through
 from capsbench.models import Classifier
-from capsbench.models.capsules import capsule_logits
-from capsbench.models.straight_through import straight_through
 
 
 class Judgement(NamedTuple):

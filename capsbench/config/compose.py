@@ -1,4 +1,5 @@
-"""Composes defaults < budget YAML < suite YAML < command-line key=value overrides, and validates them.
+"""Composes defaults < budget YAML < suite YAML < the user's config file < the command line (a Request, parsed once at
+the door), and validates them.
 
 Torch-free: every check runs before a heavy library loads; only device=auto/cuda imports torch, last."""
 
@@ -13,11 +14,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from platformdirs import user_cache_dir
-from yaml import YAMLError
 
 from capsbench.config.checks import check_train_precision, validate
-from capsbench.config.outside import check_outside, read_user_config, register_outside
+from capsbench.config.external import check_external, register_external
 from capsbench.config.per_model import model_trains
+from capsbench.config.request import Request
 from capsbench.config.schema import BUDGETS, PER_MODEL, ReportConfig, RunConfig
 from capsbench.config.shape import check_shapes, describe_error
 from capsbench.errors import CapsbenchError
@@ -26,45 +27,6 @@ from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
 from capsbench.util.shipped import shipped_dir
 from capsbench.util.uris import sqlite_uri
-
-
-def parse_overrides(overrides: list[str]) -> dict[str, str]:
-    """'key=value' strings -> {key: raw value}; anything else is an error."""
-    parsed: dict[str, str] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CapsbenchError(f"expected key=value, got {item!r} (for example: suite=accuracy seeds=[0,1])")
-        parsed[key.strip()] = value
-    return parsed
-
-
-def _cli_layer(raw: dict[str, str]) -> dict[str, Any]:
-    """The overrides as a nested mapping, values parsed as YAML (lists [a,b], numbers, null, true/false)."""
-    layer: dict[str, Any] = {}
-    for key, text in raw.items():
-        try:
-            value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
-        except YAMLError as exc:
-            problem = str(exc).splitlines()[0]
-            raise CapsbenchError(
-                f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)"
-            ) from None
-        *parents, leaf = key.split(".")
-        node = layer
-        for depth, part in enumerate(parents):
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                earlier = ".".join(parents[: depth + 1])
-                raise CapsbenchError(
-                    f"{key}={text} sets a sub-key of {earlier}, which is also given a value; give one of them"
-                )
-        if leaf in node:
-            raise CapsbenchError(
-                f"{key}={text} replaces sub-keys given elsewhere on the command line; give one of them"
-            )
-        node[leaf] = value
-    return layer
 
 
 def _schema(params_cls: type | None) -> DictConfig:
@@ -118,21 +80,21 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def compose(overrides: list[str], *, require_suite: bool = True, resolve_device: bool = True) -> DictConfig:
-    """Build the validated run config from command-line overrides (see module docstring for the order).
+def compose(request: Request, *, require_suite: bool = True, resolve_device: bool = True) -> DictConfig:
+    """Build the validated run config of `request` (see module docstring for the order).
 
     Every check runs without torch; with resolve_device, device=auto is then resolved and device=cuda checked,
     which imports torch. `show-config` leaves device=auto as it is.
     """
-    raw = parse_overrides(overrides)
-    user_yaml, user_source = read_user_config(raw.pop("config", None))
-    if "suite" in raw:
+    user_yaml = dict(request.file)
+    if "suite" in request.line:
         user_yaml.pop("suite", None)  # the command line names the suite (compose_suites: one of the file's list)
-    cli_layer = _cli_layer(raw)
-    suite_name = raw.get("suite", user_yaml.get("suite"))
-    budget = raw.get("budget", user_yaml.get("budget", RunConfig.budget))
+    suite_name = request.get("suite")
+    if suite_name is not None and not isinstance(suite_name, str):
+        raise CapsbenchError(f"suite= names one suite here, got {suite_name!r}; run the suites one by one")
+    budget = request.get("budget", RunConfig.budget)
     if budget not in BUDGETS:
-        raise CapsbenchError(f"unknown budget {budget!r}: {close_matches(budget, list(BUDGETS))}")
+        raise CapsbenchError(f"unknown budget {budget!r}: {close_matches(str(budget), list(BUDGETS))}")
     if require_suite and not suite_name:
         raise CapsbenchError(f"which suite? add suite=NAME, one of: {', '.join(CATALOG.names())}")
     suite = CATALOG.get(suite_name) if suite_name else None
@@ -145,17 +107,17 @@ def compose(overrides: list[str], *, require_suite: bool = True, resolve_device:
         per_budget = suite_yaml.pop("budgets", {}) or {}
         cfg = _merge(cfg, suite_yaml, f"suites/{suite_name}.yaml")
         cfg = _merge(cfg, per_budget.get(budget, {}) or {}, f"suites/{suite_name}.yaml budgets.{budget}")
-    cfg = _merge(cfg, user_yaml, user_source)
-    cfg = _merge(cfg, cli_layer, "the command line")
+    cfg = _merge(cfg, user_yaml, request.file_source)
+    cfg = _merge(cfg, request.line, "the command line")
     try:
         explicit_root = _resolve_defaults(cfg)
-        register_outside(cfg)  # aliases and entry points, before any model name is checked
+        register_external(cfg)  # aliases and entry points, before any model name is checked
         trains = model_trains(cfg)
         validate(cfg, explicit_root=explicit_root, model_trains=trains)
         check = getattr(suite.params, "validate", None) if suite else None
         if check is not None:
             check(cfg)
-        check_outside(cfg)
+        check_external(cfg)
     except OmegaConfBaseException as exc:  # e.g. an unresolvable ${...} interpolation in a value
         raise CapsbenchError(f"bad value: {describe_error(exc)}") from None
     if resolve_device:
@@ -174,27 +136,24 @@ def settle_device(cfg: DictConfig) -> None:
             check_device_precision(cfg.params[key], cfg.device, f"params.{key}")
 
 
-def compose_suites(overrides: list[str], *, resolve_device: bool = True) -> list[DictConfig]:
-    """One composed config per suite named by suite=NAME or suite=[A,B,...]; every other override applies to each."""
-    raw = parse_overrides(overrides)
-    from_file = read_user_config(raw.get("config"))[0].get("suite") or ""
-    listed = f"[{','.join(map(str, from_file))}]" if isinstance(from_file, list) else str(from_file)
-    value = raw.get("suite") or listed
-    if not value.startswith("["):
-        return [compose(overrides, resolve_device=resolve_device)]
-    names = [n.strip() for n in value.strip("[]").split(",") if n.strip()]
+def compose_suites(request: Request, *, resolve_device: bool = True) -> list[DictConfig]:
+    """One composed config per suite named by suite=NAME or suite=[A,B,...]; every other setting applies to each."""
+    value = request.get("suite")
+    if not isinstance(value, list):
+        return [compose(request, resolve_device=resolve_device)]
+    names = [str(n).strip() for n in value if str(n).strip()]
     if not names or len(set(names)) != len(names):
         raise CapsbenchError(
             f"suite=[...] must name distinct suites, e.g. suite=[accuracy,robustness], got suite={value}"
         )
-    rest = [o for o in overrides if not o.startswith("suite=")]
-    return [compose([*rest, f"suite={name}"], resolve_device=resolve_device) for name in names]
+    return [compose(request.merged({"suite": name}), resolve_device=resolve_device) for name in names]
 
 
-def compose_report(overrides: list[str]) -> DictConfig:
-    """The validated `capsbench report` config: ReportConfig defaults < command-line key=value overrides."""
-    raw = parse_overrides(overrides)
-    cfg = _merge(OmegaConf.structured(ReportConfig), _cli_layer(raw), "the command line")
+def compose_report(request: Request) -> DictConfig:
+    """The validated `capsbench report` config: ReportConfig defaults < the command line."""
+    if request.file_source:
+        raise CapsbenchError("`capsbench report` takes its settings on the command line, not config=")
+    cfg = _merge(OmegaConf.structured(ReportConfig), request.line, "the command line")
     if cfg.budget is not None and cfg.budget not in BUDGETS:
         raise CapsbenchError(f"unknown budget {cfg.budget!r}: {close_matches(cfg.budget, list(BUDGETS))}")
     out = Path(cfg.output_dir).expanduser().resolve()

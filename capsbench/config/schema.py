@@ -74,7 +74,7 @@ class RunConfig:
     # per model name: constructor overrides, and train overrides (its paper's lr, ...)
     model_args: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
     model_train: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"keys": "model"})
-    # outside models: alias -> "package.module:ClassOrFunction"; weights trained elsewhere: model -> file
+    # external models: alias -> "package.module:ClassOrFunction"; weights trained elsewhere: model -> file
     register: dict[str, str] = field(default_factory=dict, metadata={"keys": "alias"})
     weights: dict[str, str] = field(default_factory=dict, metadata={"keys": "model"})
     threads: int | None = None  # torch intra-op threads per unit; None: torch's default capped by the CPUs allowed

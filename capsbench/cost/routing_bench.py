@@ -13,8 +13,8 @@ import torch
 
 from capsbench.cost.probe import current_rss, peak_rss, reset_peak_rss
 from capsbench.cost.timing import median_seconds
-from capsbench.models.capsules import CapsuleVotes, squash
-from capsbench.models.routing import DynamicRouting
+from capsbench.layers.capsules import CapsuleVotes, squash
+from capsbench.layers.routing import DynamicRouting
 from capsbench.util.precision import autocast, maybe_compile
 
 SABOUR = {"in_caps": 1152, "in_dim": 8, "out_caps": 10, "out_dim": 16}  # PrimaryCaps 6x6x32 of 8D -> 10 x 16D

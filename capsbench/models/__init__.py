@@ -28,6 +28,7 @@ class ModelSpec:
     description: str
     defaults: dict[str, Any] = field(default_factory=dict)
     ranges: dict[str, Any] = field(default_factory=dict)  # argument -> range; adds to the class's ARGUMENT_RANGES
+    test_args: dict[str, Any] = field(default_factory=dict)  # a tiny model for the generic tests (timm's test sizes)
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str):
@@ -71,6 +72,7 @@ register_model(
     ModelSpec(
         "capsbench.models.capsnet:CapsNet",
         "Sabour et al. 2017 CapsNet: conv 256@9x9, 32x8D primary caps, 10x16D class caps, r=3, decoder",
+        test_args={"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4, "decoder_hidden": (16,)},
     ),
 )
 register_model(
@@ -79,6 +81,7 @@ register_model(
         "capsbench.models.cnn:ConvNet",
         "Sabour et al. 2017 baseline CNN: conv 256,256,128 @5x5 (same), FC 328,192, dropout; 35.4 M params",
         {"channels": (256, 256, 128), "kernel_size": 5, "padding": "same", "fc": (328, 192)},
+        test_args={"channels": (4, 4, 2), "fc": (8, 8)},
     ),
 )
 register_model(
@@ -87,6 +90,7 @@ register_model(
         "capsbench.models.cnn:ConvNet",
         "9x9-kernel CNN of CapsNet's size (Gu et al. 2021): conv 256,256,128 @9x9 (valid), FC 328,192; 8.7 M",
         {"channels": (256, 256, 128), "kernel_size": 9, "padding": "valid", "fc": (328, 192)},
+        test_args={"channels": (4, 4, 2), "fc": (8, 8)},
     ),
 )
 
@@ -95,6 +99,7 @@ register_model(
     ModelSpec(
         "capsbench.models.cnn_pooled:PooledConvNet",
         "Sabour et al. 2017 MultiMNIST baseline: conv 512@9x9, pool, conv 256@5x5, pool, FC 1024; 24.56 M",
+        test_args={"channels": (4, 2), "fc": (8,)},
     ),
 )
 register_model(
@@ -103,6 +108,7 @@ register_model(
         "capsbench.models.cnn_hinton2018:SmallNorbCNN",
         "Hinton et al. 2018 smallNORB baseline CNN: conv 32, 64 @5x5, each with 2x2 max pool, FC 1024, dropout; "
         "4.2 M params on 32x32 crops",
+        test_args={"channels": (4, 4), "fc": (8,)},
     ),
 )
 register_model(
@@ -111,6 +117,7 @@ register_model(
         "capsbench.models.capsnet_em:CapsNetEM",
         "Hinton et al. 2018 matrix capsules, EM routing r=3, coordinate addition, spread loss; small "
         "A,B,C,D=64,8,16,16",
+        test_args={"a_channels": 4, "b_types": 2, "c_types": 2, "d_types": 2},
     ),
 )
 register_model(
@@ -119,6 +126,8 @@ register_model(
         "capsbench.models.effcapsnet:EfficientCapsNet",
         "Mazzia et al. 2021 Efficient-CapsNet: depthwise primary caps, self-attention routing; 161,824 params + "
         "decoder",
+        test_args={"channels": (4, 4, 4, 8), "primary_caps": 2, "primary_dim": 4, "class_dim": 4,
+                   "decoder_hidden": (16,)},
     ),
 )
 register_model(
@@ -127,6 +136,7 @@ register_model(
         "capsbench.models.srcapsnet:SRCapsNet",
         "Hahn et al. 2019 self-routing capsules on a small 3-block CNN (or backbone=resnet20): 32 types x 16D, "
         "one 3x3/2 caps layer",
+        test_args={"backbone_channels": (4, 4, 4), "caps_types": 2, "caps_dim": 4},
     ),
 )
 register_model(
@@ -134,6 +144,7 @@ register_model(
     ModelSpec(
         "capsbench.models.backbone:AvgPoolCNN",
         "Hahn et al. 2019 AvgPool baseline: srcapsnet's backbone, global average pooling, linear classifier",
+        test_args={"backbone_channels": (4, 4, 4)},
     ),
 )
 
@@ -145,13 +156,14 @@ for _depth, _n, _size in ((20, 3, "0.27"), (56, 9, "0.85"), (110, 18, "1.7")):
             f"He et al. 2016 CIFAR ResNet-{_depth}: 6n+2 layers (n={_n}), 16/32/64 filters, option-A shortcuts, "
             f"global average pooling; {_size} M params",
             {"blocks": _n},
+            test_args={"blocks": 1, "width": 4},
         ),
     )
 
 
 def check_model_arguments(name: str, overrides: dict[str, Any]) -> None:
     """Raise a CapsbenchError naming the valid arguments if `overrides` has one the model lacks (any name passes for
-    an outside factory taking **kwargs), or the declared range of an argument whose value lies outside it."""
+    an external factory taking **kwargs), or the declared range of an argument whose value lies outside it."""
     spec = MODELS.get(name)
     valid = spec.accepted()
     for key in overrides:

@@ -1,4 +1,4 @@
-"""The adapter that puts an outside model under capsbench's output contract (ModelOutput), so that every suite and
+"""The adapter that puts an external model under capsbench's output contract (ModelOutput), so that every suite and
 attack treats it like a built-in one.
 
 What the model returns, and how it is read:
@@ -9,7 +9,7 @@ What the model returns, and how it is read:
 - a dict: its keys among logits, lengths, poses, pre_squash, reconstructions (others are ignored), or renamed by
   `capsbench_outputs = {"caps": "poses", ...}`.
 Capsule hooks: `pre_squash` (B, C, D) class capsules before their squash, a `vote_logits(x)` method (Gu et al. 2021's
-vote surrogate), squashes wrapped in capsbench.models.straight_through.saturating, `reconstructions` (detection).
+vote surrogate), squashes wrapped in capsbench.layers.straight_through.saturating, `reconstructions` (detection).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from capsbench.errors import CapsbenchError
+from capsbench.layers.capsules import capsule_logits, margin_loss, reconstruction_loss
+from capsbench.layers.straight_through import straight_through
 from capsbench.models.base import Classifier, ModelOutput, NotApplicable, multi_hot_loss
-from capsbench.models.capsules import capsule_logits, margin_loss, reconstruction_loss
-from capsbench.models.straight_through import straight_through
 
 DECLARATION = "capsbench_outputs"
 OUTPUTS = ("logits", "lengths", "poses", "pre_squash", "reconstructions")
@@ -32,14 +32,14 @@ RECON_WEIGHT = 0.0005  # Sabour et al.'s weight of the sum-squared reconstructio
 
 
 def adapt(module: Any, *, name: str, input_shape: tuple[int, int, int], num_classes: int) -> Classifier:
-    """A Classifier as it is; any other nn.Module wrapped in OutsideModel."""
+    """A Classifier as it is; any other nn.Module wrapped in ExternalModel."""
     if isinstance(module, Classifier):
         return module
     if not isinstance(module, nn.Module):
         raise CapsbenchError(
             f"model {name!r}: its class or factory returned a {type(module).__name__}, not a torch.nn.Module"
         )
-    return OutsideModel(module, name=name, input_shape=input_shape, num_classes=num_classes)
+    return ExternalModel(module, name=name, input_shape=input_shape, num_classes=num_classes)
 
 
 def named_outputs(raw: Any, declared: Any, name: str) -> dict[str, torch.Tensor]:
@@ -92,8 +92,8 @@ def model_output(parts: dict[str, torch.Tensor]) -> ModelOutput:
                        reconstructions=parts.get("reconstructions"), pre_squash=parts.get("pre_squash"))
 
 
-class OutsideModel(Classifier):
-    """An outside nn.Module seen as a Classifier: its output read into a ModelOutput, its hooks offered to the attacks.
+class ExternalModel(Classifier):
+    """An external nn.Module seen as a Classifier: its output read into a ModelOutput, its hooks offered to the attacks.
     It trains (when capsbench trains it) with margin loss (+ 0.0005 x sum-squared reconstruction error when it
     returns reconstructions) if it is a capsule model, else with cross-entropy. Weights are the module's own
     (`.module`), so a state dict saved from the plain module loads into it."""
@@ -146,7 +146,7 @@ class OutsideModel(Classifier):
             return None
         return (
             f"{self.name} exposes no pre_squash class capsules and no squash that the straight-through switch reaches "
-            "(capsbench.models.straight_through.saturating), so this would repeat pgd and its worst case is not "
+            "(capsbench.layers.straight_through.saturating), so this would repeat pgd and its worst case is not "
             "adaptive"
         )
 
@@ -157,7 +157,7 @@ class OutsideModel(Classifier):
 
 def reaches_straight_through(model: Classifier, sample: torch.Tensor) -> bool:
     """Whether the straight-through switch changes the model's input gradient on `sample`, i.e. some squash of the
-    model goes through capsbench.models.straight_through.saturating."""
+    model goes through capsbench.layers.straight_through.saturating."""
     grads = []
     for active in (False, True):
         x = sample.detach().clone().requires_grad_(True)

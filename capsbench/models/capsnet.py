@@ -6,17 +6,17 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from capsbench.models.base import ModelOutput
-from capsbench.models.capsules import (
+from capsbench.layers.capsules import (
     CapsuleVotes,
     Decoder,
     PrimaryCaps,
-    VectorCapsuleClassifier,
     capsule_logits,
     decode,
     squash,
 )
-from capsbench.models.routing import DynamicRouting
+from capsbench.layers.routing import DynamicRouting
+from capsbench.models.base import ModelOutput
+from capsbench.models.vector_capsules import VectorCapsuleClassifier
 
 
 class CapsNet(VectorCapsuleClassifier):

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from capsbench.layers.em_routing import MIN_VARIANCE
+from capsbench.layers.matrix_capsules import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps
 from capsbench.models.base import Classifier, ModelOutput
-from capsbench.models.em_routing import MIN_VARIANCE
-from capsbench.models.matrix_capsules import ClassMatrixCaps, ConvMatrixCaps, PrimaryMatrixCaps
 
 STD_EPS = 1e-5
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from capsbench.layers.capsules import Decoder, capsule_logits, decode
+from capsbench.layers.self_attention_routing import SelfAttentionRouting, exp_squash
+from capsbench.layers.straight_through import saturating
 from capsbench.models.base import ModelOutput
-from capsbench.models.capsules import Decoder, VectorCapsuleClassifier, capsule_logits, decode
-from capsbench.models.self_attention_routing import SelfAttentionRouting, exp_squash
-from capsbench.models.straight_through import saturating
+from capsbench.models.vector_capsules import VectorCapsuleClassifier
 
 
 class EfficientCapsNet(VectorCapsuleClassifier):

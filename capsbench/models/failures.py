@@ -1,5 +1,5 @@
 """Where a user's model code failed, in one line: the exception and the file and line in the user's own package that
-raised it (or led to it), so that an import or constructor error of an outside model names what to fix."""
+raised it (or led to it), so that an import or constructor error of an external model names what to fix."""
 
 from __future__ import annotations
 

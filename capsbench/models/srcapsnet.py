@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from capsbench.layers.capsules import LOG_EPS
+from capsbench.layers.self_routing import SelfRouting2d
+from capsbench.layers.straight_through import saturating
 from capsbench.models.backbone import SmallBackbone
 from capsbench.models.base import Classifier, ModelOutput, NotApplicable
-from capsbench.models.capsules import LOG_EPS
 from capsbench.models.resnet import ResNetTrunk, resnet_blocks
-from capsbench.models.self_routing import SelfRouting2d
-from capsbench.models.straight_through import saturating
 
 
 class SRCapsNet(Classifier):

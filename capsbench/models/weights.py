@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from capsbench.errors import CapsbenchError
-from capsbench.models.adapter import OutsideModel
+from capsbench.models.adapter import ExternalModel
 
 # What torch.load(weights_only=True) raises on files it refuses or cannot read (as capsbench.train.checkpoints).
 UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, OSError)
@@ -48,8 +48,8 @@ def read_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
 
 
 def target_module(model: nn.Module) -> nn.Module:
-    """The module whose state dict a weights file holds: an outside model's own module, else the model."""
-    return model.module if isinstance(model, OutsideModel) else model
+    """The module whose state dict a weights file holds: an external model's own module, else the model."""
+    return model.module if isinstance(model, ExternalModel) else model
 
 
 def load_weights(model: nn.Module, path: Path, where: str, name: str) -> None:

@@ -64,16 +64,3 @@ def write_suite(out_dir: Path, records: list[dict[str, Any]], suite: Any, report
             for path in save_figure(fig, out_dir / spec.name):
                 paths[path.name] = path
     return SuiteOutput(tables, figures, paths, frame)
-
-
-def write_outputs(
-    out_dir: Path,
-    records: list[dict[str, Any]],
-    suite: Any,
-    reported: list[dict[str, Any]] | None = None,
-    *,
-    notes: Sequence[str] = (),
-) -> dict[str, Path]:
-    """write_suite's files by name (records.csv, table.md, table.tex, table-narrow.tex, table-<name>.csv,
-    <figure>.png/.pdf)."""
-    return write_suite(out_dir, records, suite, reported, notes=notes).paths

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from capsbench.config.compose import RunConfig, parse_overrides
+from capsbench.config.request import Request
+from capsbench.config.schema import RunConfig
 from capsbench.errors import CapsbenchError
 from capsbench.util.registry import close_matches
 
@@ -18,15 +19,15 @@ COLUMNS = ("key", "model", "dataset", "seed", "epochs", "batch", "lr", "decay", 
            "val_acc", "created", "size")
 
 
-def cache_directory(overrides: list[str]) -> Path:
+def cache_directory(request: Request) -> Path:
     """cache_dir=, else $CAPSBENCH_CACHE, else <output_dir>/checkpoints: the directory `capsbench run` would use."""
-    raw = parse_overrides(overrides)
-    for key in raw:
+    for key in request.line:
         if key not in KEYS:
             raise CapsbenchError(
                 f"unknown key {key!r} for `capsbench list checkpoints`: {close_matches(key, list(KEYS))}"
             )
-    chosen = raw.get("cache_dir") or os.environ.get("CAPSBENCH_CACHE")
+    raw = {**{k: v for k, v in request.file.items() if k in KEYS}, **request.line}  # config=FILE may name them
+    chosen = str(raw["cache_dir"]) if raw.get("cache_dir") else os.environ.get("CAPSBENCH_CACHE")
     if not chosen:
         chosen = str(Path(raw.get("output_dir") or RunConfig.output_dir) / "checkpoints")
     return Path(chosen).expanduser().resolve()

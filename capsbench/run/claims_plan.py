@@ -8,21 +8,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig
 
-from capsbench.config.compose import compose, parse_overrides
+from capsbench.config.compose import compose
+from capsbench.config.request import Request, nest
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim, Side, claim_ids, load_claims
 from capsbench.run.estimate import Estimate, estimate
-from capsbench.run.plan import plan, unit_threads
+from capsbench.run.plan import Plan, Section, fix_threads, plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitSpec
 from capsbench.suites import CATALOG
@@ -31,78 +32,114 @@ from capsbench.util.registry import close_matches
 log = logging.getLogger(__name__)
 OWN_KEYS = ("claims", "one_seed_verdicts", "baselines_dir")  # read here, not by the suites
 CHOSEN_BY_CLAIMS = ("models", "dataset", "model_args", "model_train")  # each claim names its own
-DEFAULT_SEEDS = "[0,1,2]"
+DEFAULT_SEEDS = [0, 1, 2]
 TRAINING_KEYS = {"pgd": "adversarial", "affine": "augment"}  # a side's `training` -> model_train.<model>.<key>
 
 
 @dataclass(frozen=True)
-class Section:
-    """One composed suite config serving some claims: its suite, dataset and run settings, each model once."""
+class ClaimSection:
+    """One suite config serving some claims: its suite, dataset and run settings, each model once."""
 
     suite: str
     dataset: str
-    run: tuple[tuple[str, str], ...]  # claim `run` settings, as override text
-    models: dict[str, tuple[tuple[tuple[str, str], ...], str | None]] = field(default_factory=dict)  # args, training
+    run: str  # the claims' `run` settings, canonical JSON (compared between claims)
+    models: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # model -> (its args as JSON, training)
 
 
 @dataclass
 class ClaimPlan:
-    """What `capsbench run suite=claims` will do, known before anything runs."""
+    """What `capsbench run suite=claims` will do, known before anything runs: the driver's plan and the claims'."""
 
-    cfg: DictConfig  # the settings every section shares (budget, seeds, launcher, output and tracking, device)
+    plan: Plan
     claims: list[Claim]  # the chosen claims, in file order
     units: dict[str, list[UnitSpec]]  # claim id -> its units (claims whose data are present)
-    sections: list[tuple[DictConfig, list[UnitSpec]]]  # each composed suite config and its units
     lacking: dict[str, list[str]]  # claim id -> absent data: the files and where to get them
     downloads: dict[str, list[str]]  # claim id -> data torchvision will download first (data.download=true)
     long: dict[str, Estimate]  # claim id -> estimate, for claims over an hour on 2 CPU cores
     total: Estimate  # every unit still to run
     one_seed: bool
-    overrides: list[str]
-
-    @property
-    def all_units(self) -> list[UnitSpec]:
-        return list({u.key: u for units in self.units.values() for u in units}.values())
 
 
-def plan_claims(overrides: list[str]) -> ClaimPlan:
+def is_claims(request: Request) -> bool:
+    """Whether the request is suite=claims (alone); naming it in a list of suites is an error."""
+    suite = request.get("suite")
+    names = [str(n) for n in suite] if isinstance(suite, list) else [str(suite)]
+    if "claims" in names and len(names) > 1:
+        raise CapsbenchError("suite=claims runs alone: it plans the suites each claim needs; run others separately")
+    return names == [CLAIMS_SUITE]
+
+
+def plan_claims(request: Request, command: str = "") -> ClaimPlan:
     """The plan of `capsbench run suite=claims [claims=[id,...]] [seeds=...] [budget=...] ...`; bad input fails before
-    torch is imported."""
-    raw = parse_overrides(overrides)
-    own = {k: yaml.safe_load(raw.pop(k)) for k in OWN_KEYS if k in raw}
-    for key in raw:
-        if key.split(".")[0] in CHOSEN_BY_CLAIMS:
+    torch is imported. `command`: the command line as typed, for the claims table."""
+    own = {k: request.get(k) for k in OWN_KEYS if request.get(k) is not None}
+    for key in (*request.line, *request.file):
+        if key in CHOSEN_BY_CLAIMS:
             raise CapsbenchError(f"suite=claims takes the models and datasets each claim names; drop {key}= "
                                  "(choose claims with claims=[id,...])")
-    if raw.pop("suite", CLAIMS_SUITE) != CLAIMS_SUITE:
-        raise CapsbenchError("suite=claims runs alone; run other suites in their own command")
-    raw.setdefault("seeds", DEFAULT_SEEDS)
-    rest = [f"{k}={v}" for k, v in raw.items() if not k.startswith("params.")]
-    params = {k: v for k, v in raw.items() if k.startswith("params.")}
-    folder = Path(own["baselines_dir"]) if own.get("baselines_dir") else None
+    request = request.without("suite", *OWN_KEYS)
+    if request.get("seeds") is None:
+        request = request.merged({"seeds": DEFAULT_SEEDS})
+    params = {**(request.file.get("params") or {}), **(request.line.get("params") or {})}
+    common = request.without("params")
+    folder = Path(str(own["baselines_dir"])) if own.get("baselines_dir") else None
     wanted = _chosen(own, claim_ids(folder))  # before load_claims, which imports the suites (and torch)
     claims = [c for c in load_claims(folder) if wanted is None or c.id in wanted]
-    base = compose([*rest, "suite=accuracy"])
+    base = compose(common, require_suite=False)  # the settings every section shares
+    fix_threads(base)
     runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download))
-    sections, placed = _sections(runnable, base)
-    composed, used = [], set()
-    for section in sections:
-        cfg, keys = _compose(section, rest, params)
-        if cfg.threads is None:  # fixed per unit, as `capsbench run` does for every launcher
-            cfg.threads = unit_threads(cfg)
-        used |= keys
-        composed.append((cfg, plan(cfg)))
+    found, placed = _sections(runnable, base)
+    sections, counter = [], defaultdict(int)
+    for claim_section in found:
+        cfg = _compose(claim_section, common, params)
+        fix_threads(cfg)  # fixed per unit, as every `capsbench run` does
+        counter[(cfg.suite, cfg.dataset)] += 1
+        key = f"{cfg.suite}-{cfg.dataset}-{counter[(cfg.suite, cfg.dataset)]}"
+        sections.append(Section(key, cfg, plan(cfg), f"{CLAIMS_SUITE}/{key}"))
+    used = {k for s in found for k in _own_params(s.suite, params)}
     unused = sorted(set(params) - used)
     if unused:
-        raise CapsbenchError(f"{unused[0]} is a setting of no suite the chosen claims run; drop it")
+        raise CapsbenchError(f"params.{unused[0]} is a setting of no suite the chosen claims run; drop it")
     units = {
-        c.id: list({u.key: u for name in ("better", "worse") for u in composed[placed[(c.id, name)]][1]
+        c.id: list({u.key: u for name in ("better", "worse") for u in sections[placed[(c.id, name)]].units
                     if u.model == getattr(c, name).model}.values())
         for c in runnable
     }
     long, everything = _estimates(runnable, units, base)
-    return ClaimPlan(base, claims, units, composed, lacking, downloads, long, everything,
-                     bool(own.get("one_seed_verdicts")), overrides)
+    claim_plan = ClaimPlan(Plan(base, sections), claims, units, lacking, downloads, long, everything,
+                           bool(own.get("one_seed_verdicts")))
+    claim_plan.plan.notes = _notes(claim_plan)
+    from capsbench.run.claims_finish import JudgeClaims  # lazy: the driver's modules (torch), once input is good
+
+    claim_plan.plan.finish = JudgeClaims(
+        claims=claims, units=units, lacking=lacking, sections={s.key: {u.key for u in s.units} for s in sections},
+        one_seed=claim_plan.one_seed, budget=base.budget, seeds=list(base.seeds), output_dir=base.output_dir,
+        tracking_uri=base.tracking.uri, command=command)
+    return claim_plan
+
+
+def _notes(p: ClaimPlan) -> list[tuple[int, str]]:
+    """Said before anything runs: what is planned, which claims lack data (the files, where to get them), what is
+    long, and how to leave it out."""
+    cfg = p.plan.cfg
+    units = {u.key for s in p.plan.sections for u in s.units}
+    notes = [(logging.INFO, f"suite=claims at budget={cfg.budget}, seeds {list(cfg.seeds)}: {len(p.units)} of "
+                            f"{len(p.claims)} claims planned, {len(units)} units in {len(p.plan.sections)} sections")]
+    notes += [(logging.WARNING, f"claim {cid} is not planned, its data files are absent: {'; '.join(lines)}")
+              for cid, lines in p.lacking.items()]
+    notes += [(logging.WARNING, f"claim {cid}: {'; '.join(lines)}") for cid, lines in p.downloads.items()]
+    for cid, found in p.long.items():
+        hours = "many hours" if found.minutes == float("inf") else f"about {found.minutes / 60:.1f} h"
+        notes.append((logging.WARNING, f"claim {cid}: its units would take {hours} on 2 CPU cores"
+                                       + (f" ({found.why})" if found.why else "")))
+    if p.total.minutes is not None and p.total.minutes != float("inf"):
+        notes.append((logging.INFO, f"estimated time of the units still to run: about {p.total.minutes / 60:.1f} h "
+                                    "on 2 CPU cores"))
+    if p.long:
+        short = [c.id for c in p.claims if c.id in p.units and c.id not in p.long]
+        notes.append((logging.WARNING, f"to leave the long claims out: capsbench run suite=claims "
+                                       f"budget={cfg.budget} claims=[{','.join(short)}]"))
+    return notes
 
 
 def _by_data(
@@ -157,48 +194,53 @@ def _absent_line(name: str, paths: list[Path], root: Path) -> str:
     return f"{name}: absent {files}; get them {DATA_FILES[name].how_to_get(root)}"
 
 
-def _text(value: Any) -> str:
-    """A value as command-line text that composes back to the same value."""
-    return value if isinstance(value, str) else json.dumps(list(value) if isinstance(value, tuple) else value)
+def _canonical(value: Any) -> str:
+    """A value as comparable text (mappings sorted): two claims asking for the same settings get the same text."""
+    return json.dumps(value, sort_keys=True, default=list)
 
 
-def _side_needs(side: Side, base: DictConfig) -> tuple[tuple[tuple[str, str], ...], str | None]:
+def _side_needs(side: Side, base: DictConfig) -> tuple[str, str | None]:
     """The side's constructor arguments that differ from what the budget builds (so a side asking for a default, such
-    as routing_iterations=3, keeps the ordinary unit's key), and its training."""
+    as routing_iterations=3, keeps the ordinary unit's key), as canonical JSON, and its training."""
     built = {**MODELS.get(side.model).arguments(), **(base.model_args.get(side.model) or {})}
-    args = tuple(sorted((k, _text(v)) for k, v in side.model_args.items()
-                        if k not in built or logged_text(built[k]) != logged_text(v)))
-    return args, side.training
+    args = {k: v for k, v in side.model_args.items() if k not in built or logged_text(built[k]) != logged_text(v)}
+    return _canonical(args), side.training
 
 
-def _sections(claims: list[Claim], base: DictConfig) -> tuple[list[Section], dict[tuple[str, str], int]]:
+def _sections(claims: list[Claim], base: DictConfig) -> tuple[list[ClaimSection], dict[tuple[str, str], int]]:
     """The fewest suite configs holding every side (per suite, dataset and run settings, a model in each at most once),
     and where each (claim id, side) landed."""
-    sections: list[Section] = []
+    sections: list[ClaimSection] = []
     placed: dict[tuple[str, str], int] = {}
     for claim in claims:
-        run = tuple(sorted((k, _text(v)) for k, v in claim.run.items()))
+        run = _canonical(claim.run)
         for name in ("better", "worse"):
             side: Side = getattr(claim, name)
             need = _side_needs(side, base)
             home = next((i for i, s in enumerate(sections) if (s.suite, s.dataset, s.run) ==
                          (claim.suite, claim.dataset, run) and s.models.get(side.model, need) == need), None)
             if home is None:
-                sections.append(Section(claim.suite, claim.dataset, run))
+                sections.append(ClaimSection(claim.suite, claim.dataset, run))
                 home = len(sections) - 1
             sections[home].models[side.model] = need
             placed[(claim.id, name)] = home
     return sections, placed
 
 
-def _compose(section: Section, rest: list[str], params: dict[str, str]) -> tuple[DictConfig, set[str]]:
-    """The section's config: the common settings, its own, and the params.* overrides its suite has."""
-    fields = {f.name for f in dataclasses.fields(CATALOG.get(section.suite).params)}
-    mine = {k: v for k, v in params.items() if k.split(".")[1] in fields}
-    items = [*rest, *(f"{k}={v}" for k, v in mine.items()), f"suite={section.suite}", f"dataset={section.dataset}",
-             f"models=[{','.join(section.models)}]", *(f"{k}={v}" for k, v in section.run)]
+def _own_params(suite: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The params.* settings of the command line that `suite` has."""
+    fields = {f.name for f in dataclasses.fields(CATALOG.get(suite).params)}
+    return {k: v for k, v in params.items() if k in fields}
+
+
+def _compose(section: ClaimSection, common: Request, params: dict[str, Any]) -> DictConfig:
+    """The section's config: the common settings, its own, and the params.* settings its suite has."""
+    run = json.loads(section.run)
+    layer: dict[str, Any] = {"suite": section.suite, "dataset": section.dataset, "models": list(section.models),
+                             "params": _own_params(section.suite, params)}
+    layer = Request(layer).merged(nest(run, {k: str(v) for k, v in run.items()})).line
     for model, (args, training) in section.models.items():
-        items += [f"model_args.{model}.{k}={v}" for k, v in args]
-        for part in (training or "").split("+") if training else ():
-            items.append(f"model_train.{model}.{TRAINING_KEYS[part]}={part}")
-    return compose(items), set(mine)
+        layer.setdefault("model_args", {})[model] = json.loads(args)
+        for part in training.split("+") if training else ():
+            layer.setdefault("model_train", {}).setdefault(model, {})[TRAINING_KEYS[part]] = part
+    return compose(common.merged(layer))

@@ -1,6 +1,7 @@
-"""The driver: plan the units of one or more suites, reuse the ones an earlier run of the same command finished, launch
-the rest, keep each result on disk and log its MLflow run as it runs (started, epoch curves, records), then write
-every suite's tables. A suite with a failed unit gets its tables from the units that finished and a FAILED parent run.
+"""The driver: run a plan (sections of units, then an optional finish step such as judging claims): reuse the units an
+earlier run of the same command finished, launch the rest, keep each result on disk and log its MLflow run as it runs
+(started, epoch curves, records), then write every section's tables and run the finish step. A section with a failed
+unit gets its tables from the units that finished and a FAILED parent run.
 
 Only the driver writes MLflow runs and tables; units (wherever a launcher runs them) only return results and events.
 Every unit runs with the thread count its spec fixes (threads=, else this driver's auto_threads()), whatever the
@@ -21,11 +22,11 @@ from omegaconf import DictConfig
 from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
-from capsbench.reporting.outputs import write_outputs
+from capsbench.reporting.outputs import SuiteOutput, write_suite
 from capsbench.run.external import weights_notes
 from capsbench.run.launchers import make_launcher
-from capsbench.run.model_trial import try_outside_models
-from capsbench.run.plan import plan, unit_threads
+from capsbench.run.model_trial import try_external_models
+from capsbench.run.plan import Finished, Plan, Section, suite_plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.run.workload import Work, plan_work
@@ -42,12 +43,31 @@ RECORDS_SCHEMA_VERSION = 1  # of records.jsonl; README documents the fields
 
 @dataclass
 class SuiteResult:
+    """One section's outcome: its records, files, Markdown tables, MLflow parent run and failed units."""
+
     suite: str
     records: list[dict[str, Any]]
     paths: dict[str, Path]
     markdown: str
     parent_run_id: str | None
     missing: list[UnitResult] = field(default_factory=list)  # units that failed: not in the tables
+    key: str = ""  # the section's key in its plan
+    cfg: DictConfig | None = None
+    output: SuiteOutput | None = None  # its tables and frame (None when no unit finished)
+
+
+@dataclass
+class RunResult:
+    """A plan's outcome: every section's, then its finish step's (files, Markdown, its parent run)."""
+
+    sections: list[SuiteResult]
+    finished: Finished | None = None
+    run_id: str | None = None  # the finish step's parent run
+
+    @property
+    def missing(self) -> list[UnitResult]:
+        """Every failed unit, once."""
+        return list({u.key: u for s in self.sections for u in s.missing}.values())
 
 
 def make_tracker(cfg: DictConfig) -> Tracker:
@@ -57,39 +77,52 @@ def make_tracker(cfg: DictConfig) -> Tracker:
 
 
 def run_suite(cfg: DictConfig) -> SuiteResult:
-    """One suite; see run_suites."""
-    return run_suites([cfg])[0]
+    """One suite; see run_plan."""
+    return run_plan(suite_plan([cfg])).sections[0]
 
 
 def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
-    """Measure every unit of the suites (sharing one output directory and launcher) and write their outputs. A failed
-    unit does not stop the others: it is in its suite's `missing` (the CLI then exits 3). A fault that stops the run
+    """Suites sharing one output directory and launcher, one section each; see run_plan."""
+    return run_plan(suite_plan(cfgs)).sections
+
+
+def run_plan(plan: Plan) -> RunResult:
+    """Measure every unit of the plan's sections and write each section's outputs, then run its finish step. A failed
+    unit does not stop the others: it is in its section's `missing` (the CLI then exits 3). A fault that stops the run
     after its MLflow runs started (a full disk, a worker's fatal error) is a RunFailed; Ctrl-C and SIGTERM end every
     open run KILLED."""
-    for cfg in cfgs:  # one thread count per unit, in its spec, whatever runs it; recorded in every run's params
-        if cfg.threads is None:
-            cfg.threads = unit_threads(cfg)
-    first = cfgs[0]
-    plans = {cfg.suite: plan(cfg) for cfg in cfgs}
-    try_outside_models([u for units in plans.values() for u in units])  # they meet data before any write
-    tracker = make_tracker(first)
+    cfg = plan.cfg
+    for level, line in plan.notes:
+        log.log(level, line)
+    units = list({u.key: u for section in plan.sections for u in section.units}.values())
+    try_external_models(units)  # they meet data before any write
+    tracker = make_tracker(cfg)
     code = {"code.hash": package_hash()}  # what unit keys hash: `report` never mixes runs of different code
-    tags = {
-        cfg.suite: {**environment_tags(cfg.device), **code, "suite": cfg.suite, "budget": cfg.budget} for cfg in cfgs
-    }
     started = False  # whether anything of the run exists yet (its parent runs): then a fault is a failed run
     try:
-        parents = {
-            cfg.suite: tracker.start_parent(
-                f"{cfg.suite}-{cfg.budget}", flatten(to_dict(cfg)), tags[cfg.suite], to_yaml(cfg)
-            )
-            for cfg in cfgs
-        }
+        top = None
+        if plan.finish is not None:
+            top = tracker.start_parent(f"{plan.finish.name}-{cfg.budget}",
+                                       {**flatten(to_dict(cfg)), **plan.finish.params},
+                                       {**environment_tags(cfg.device), **code, "suite": plan.finish.name,
+                                        "budget": cfg.budget}, to_yaml(cfg))
+        routes = Routes(plan.sections)
+        for section in plan.sections:
+            c = section.cfg
+            routes.tags[section.key] = {**environment_tags(c.device), **code, "suite": c.suite, "budget": c.budget,
+                                        **({"section": section.key} if top else {})}
+            routes.parents[section.key] = tracker.start_parent(
+                f"{section.key}-{c.budget}", flatten(to_dict(c)), routes.tags[section.key], to_yaml(c), parent=top)
         started = True
-        columns = {cfg.suite: SUITES.get(cfg.suite).sweep_columns for cfg in cfgs}
-        units = [u for units in plans.values() for u in units]
-        done = measure_units(first, units, tracker, parents, tags, columns)
-        return [_finish(cfg, plans[cfg.suite], done, tracker, parents[cfg.suite]) for cfg in cfgs]
+        done = _measure_units(cfg, units, tracker, routes)
+        results = [_finish(section, done, tracker, routes.parents[section.key]) for section in plan.sections]
+        if plan.finish is None:
+            return RunResult(results)
+        finished = plan.finish(results, done, top)
+        missing = RunResult(results).missing
+        tracker.finish_parent(top, finished.metrics, [p for p in finished.paths.values() if p.is_file()],
+                              failed=f"{len(missing)} unit(s) failed" if missing else None)
+        return RunResult(results, finished, top)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capsbench.util.signals)
         with shielded():
             tracker.end_open("KILLED")
@@ -103,22 +136,34 @@ def run_suites(cfgs: list[DictConfig]) -> list[SuiteResult]:
         raise
 
 
-def measure_units(
-    cfg: DictConfig,
-    units: list[UnitSpec],
-    tracker: Tracker,
-    parents: dict[str, str | None],
-    tags: dict[str, dict[str, str]],
-    columns: dict[str, tuple],
-) -> dict[str, UnitResult]:
+class Routes:
+    """Where each unit's MLflow run goes: the parent run, tags and sweep columns of its section (a unit planned in
+    two sections belongs to the first)."""
+
+    def __init__(self, sections: list[Section]) -> None:
+        self.section = {}
+        for section in sections:
+            for unit in section.units:
+                self.section.setdefault(unit.key, section.key)
+        self.parents: dict[str, str | None] = {}
+        self.tags: dict[str, dict[str, str]] = {}
+        self.columns = {s.key: SUITES.get(s.cfg.suite).sweep_columns for s in sections}
+
+    def of(self, unit_key: str) -> tuple[str | None, dict[str, str], tuple]:
+        """(parent run, tags, sweep columns) of a unit."""
+        key = self.section[unit_key]
+        return self.parents[key], self.tags[key], self.columns[key]
+
+
+def _measure_units(cfg: DictConfig, units: list[UnitSpec], tracker: Tracker, routes: Routes) -> dict[str, UnitResult]:
     """Every unit's result by key: kept from an earlier run of the same command (unless cfg.remeasure), or launched
-    now through cfg's launcher; each is logged under its suite's parent run as it arrives."""
+    now through cfg's launcher; each is logged under its section's parent run as it arrives."""
     store = UnitStore(cfg.output_dir)
     done: dict[str, UnitResult] = {}
     for unit in units:
-        if not cfg.remeasure and unit.key not in done and (kept := store.load(unit)) is not None:
+        if not cfg.remeasure and (kept := store.load(unit)) is not None:
             done[unit.key] = kept
-    todo = list({u.key: u for u in units if u.key not in done}.values())
+    todo = [u for u in units if u.key not in done]
     log.info(
         "%d unit(s): %d finished by an earlier run of this command, %d to run",
         len(done) + len(todo),
@@ -126,9 +171,9 @@ def measure_units(
         len(todo),
     )
     for result in done.values():
-        suite = result.spec.suite
-        tracker.log_unit(parents[suite], result, tags[suite], columns[suite], reused=True)
-    _launch(cfg, todo, store, done, LiveUnits(tracker, todo, parents, tags, columns))
+        parent, tags, columns = routes.of(result.key)
+        tracker.log_unit(parent, result, tags, columns, reused=True)
+    _launch(cfg, todo, store, done, LiveUnits(tracker, todo, routes))
     return done
 
 
@@ -136,9 +181,8 @@ class LiveUnits:
     """The nested MLflow runs of the units under way: each starts at its unit's first event (when it started,
     wherever it runs), takes its epochs as they come, and ends with its result."""
 
-    def __init__(self, tracker: Tracker, units: list[UnitSpec], parents: dict[str, str | None],
-                 tags: dict[str, dict[str, str]], columns: dict[str, tuple]) -> None:
-        self.tracker, self.parents, self.tags, self.columns = tracker, parents, tags, columns
+    def __init__(self, tracker: Tracker, units: list[UnitSpec], routes: Routes) -> None:
+        self.tracker, self.routes = tracker, routes
         self.units = {u.key: u for u in units}
         self.runs: dict[str, str | None] = {}
         self.epochs: dict[str, set[int]] = {}
@@ -149,9 +193,9 @@ class LiveUnits:
         if unit is None:
             return
         if event.key not in self.runs:
-            self.runs[event.key] = self.tracker.start_unit(
-                self.parents[unit.suite], unit, self.tags[unit.suite], reused=False,
-                start_ms=int(event.time * 1000), host=event.host)
+            parent, tags, _ = self.routes.of(unit.key)
+            self.runs[event.key] = self.tracker.start_unit(parent, unit, tags, reused=False,
+                                                           start_ms=int(event.time * 1000), host=event.host)
             self.epochs[event.key] = set()
         if event.kind == "epoch" and int(event.data["epoch"]) not in self.epochs[event.key]:
             self.tracker.log_epoch(self.runs[event.key], event.data, int(event.time * 1000))
@@ -159,12 +203,10 @@ class LiveUnits:
 
     def finish(self, result: UnitResult) -> None:
         """End the unit's run with its result (started now if the unit sent no event, e.g. a worker lost early)."""
-        unit = result.spec
+        parent, tags, columns = self.routes.of(result.key)
         if result.key not in self.runs:
-            self.runs[result.key] = self.tracker.start_unit(self.parents[unit.suite], unit, self.tags[unit.suite],
-                                                            reused=False, host=result.host)
-        self.tracker.end_unit(self.runs.pop(result.key), result, self.columns[unit.suite],
-                              streamed=self.epochs.pop(result.key, set()))
+            self.runs[result.key] = self.tracker.start_unit(parent, result.spec, tags, reused=False, host=result.host)
+        self.tracker.end_unit(self.runs.pop(result.key), result, columns, streamed=self.epochs.pop(result.key, set()))
 
 
 def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[str, UnitResult],
@@ -199,11 +241,10 @@ def failure_line(result: UnitResult) -> str:
     return f"{result.spec.name}: the unit failed ({result.error}); {then}"
 
 
-def _finish(
-    cfg: DictConfig, units: list[UnitSpec], done: dict[str, UnitResult], tracker: Tracker, parent_id: str | None
-) -> SuiteResult:
-    """The suite's records, tables, records.jsonl and config.yaml, and its parent run's headline metrics; the parent
+def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, parent_id: str | None) -> SuiteResult:
+    """The section's records, tables, records.jsonl and config.yaml, and its parent run's headline metrics; the parent
     is FAILED, naming the failed units, when some failed (with no tables when none finished)."""
+    cfg, units = section.cfg, section.units
     suite_cls = SUITES.get(cfg.suite)
     finished = [done[u.key] for u in units if u.key in done and done[u.key].status == "done"]
     missing = [done[u.key] for u in units if u.key in done and done[u.key].status != "done"]
@@ -211,21 +252,25 @@ def _finish(
     failed = f"{len(missing)} unit(s) failed: " + " | ".join(failure_line(r) for r in missing) if missing else None
     if not records:
         tracker.finish_parent(parent_id, {}, [], failed=failed or "no unit produced records")
-        return SuiteResult(cfg.suite, [], {}, "", parent_id, missing)
-    out_dir = Path(cfg.output_dir) / cfg.suite
+        return SuiteResult(cfg.suite, [], {}, "", parent_id, missing, section.key, cfg)
+    out_dir = Path(cfg.output_dir) / section.folder
     notes = suite_cls().notes(records, cfg.params) + weights_notes(records) + [
         f"MISSING {failure_line(r)}" for r in missing]
-    paths = write_outputs(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
+    output = write_suite(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
+    paths = dict(output.paths)
     paths["records.jsonl"] = out_dir / "records.jsonl"
-    write_text(
-        paths["records.jsonl"],
-        "".join(json.dumps({"schema_version": RECORDS_SCHEMA_VERSION, **r}, default=str) + "\n" for r in records),
-    )
+    write_text(paths["records.jsonl"], records_jsonl(records))
     paths["config.yaml"] = out_dir / "config.yaml"
     write_text(paths["config.yaml"], to_yaml(cfg))
     figures = [Path(p) for result in finished for p in result.figures]
     tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures], failed=failed)
-    return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing)
+    return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing, section.key, cfg,
+                       output)
+
+
+def records_jsonl(records: list[dict[str, Any]]) -> str:
+    """records.jsonl's text: one record a line, with the schema version (README documents the fields)."""
+    return "".join(json.dumps({"schema_version": RECORDS_SCHEMA_VERSION, **r}, default=str) + "\n" for r in records)
 
 
 def headline_metrics(records: list[dict[str, Any]], suite_cls: Any) -> dict[str, float]:

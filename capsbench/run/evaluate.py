@@ -14,8 +14,9 @@ import pandas as pd
 from torch import nn
 
 from capsbench.config.compose import compose
+from capsbench.config.request import settings_request
 from capsbench.errors import CapsbenchError
-from capsbench.models.outside import BUILT_INS, register_instance
+from capsbench.models.external import BUILT_INS, register_instance
 from capsbench.models.weights import state_sha256
 from capsbench.run.driver import run_suite
 
@@ -60,12 +61,11 @@ def evaluate(
     overrides: any run setting, dotted (`**{"data.test_subset": 100}`) or nested (`data={"test_subset": 100}`),
         e.g. budget="smoke", seeds=[0, 1], output_dir="out", register={"mycaps": "mypkg.caps:MyCaps"}.
     """
-    settings = _dotted(overrides)
-    if "models" in settings or "suite" in settings:
+    request = settings_request(overrides)
+    if request.get("models") is not None or request.get("suite") is not None:
         raise CapsbenchError("evaluate() takes the model and the suite as its arguments, not models= or suite=")
     alias, extra = _model(model, weights, name)
-    items = [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in {**settings, **extra}.items()]
-    cfg = compose([f"suite={suite}", f"dataset={dataset}", f"models=[{alias}]", *items])
+    cfg = compose(request.merged({**extra, "suite": suite, "dataset": dataset, "models": [alias]}))
     if isinstance(model, nn.Module) and cfg.launcher != "local":
         raise CapsbenchError("a model instance is measured in this process: use launcher=local (the default)")
     result = run_suite(cfg)
@@ -95,9 +95,9 @@ def _model(model: str | nn.Module, weights: str | Path | None, name: str | None)
     if ":" in model:
         alias = name or model.rpartition(":")[2].lower()
         alias = f"{alias}_own" if alias in BUILT_INS and name is None else alias
-        extra[f"register.{alias}"] = model
+        extra["register"] = {alias: model}
     if weights is not None:
-        extra[f"weights.{alias}"] = str(weights)
+        extra["weights"] = {alias: str(weights)}
     return alias, extra
 
 
@@ -112,16 +112,3 @@ def _attributes_sha256(model: nn.Module) -> str:
         for name, module in model.named_modules()
     }
     return hashlib.sha256(json.dumps(attributes, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested settings as dotted keys: {"data": {"test_subset": 100}} -> {"data.test_subset": 100}; the per-name
-    mappings (register, weights, model_args, model_train) are flattened to their leaves too."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_dotted(value, f"{dotted}."))
-        else:
-            out[dotted] = str(value) if isinstance(value, Path) else value
-    return out

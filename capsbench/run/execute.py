@@ -51,7 +51,7 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
     Exceptions propagate: launchers decide about retries and failures."""
     emit(UnitEvent(spec.key, "started", host=platform.node()))
     start = time.perf_counter()
-    ensure_registered(spec.model, spec.config)  # an outside model, in a worker process that does not know it yet
+    ensure_registered(spec.model, spec.config)  # an external model, in a worker process that does not know it yet
     cfg = _process_settings(spec)
     suite = SUITES.get(spec.suite)()
     splits = load_data(cfg.dataset, cfg.data)

@@ -1,4 +1,4 @@
-"""Outside models and external weights in a run's units: what a unit's config carries about them (the alias's target
+"""External models and external weights in a run's units: what a unit's config carries about them (the alias's target
 and the hash of its source; the weights file and its SHA-256), the alias registered again in a worker process, and the
 lines under the tables that name each external weights file."""
 
@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS
-from capsbench.models.outside import outside, register_alias
+from capsbench.models.external import external_spec, register_alias
 from capsbench.util.hashing import file_sha256
 
 log = logging.getLogger(__name__)
@@ -22,19 +22,19 @@ EXTERNAL = "external"  # the `training` column of a model measured with weights 
 WEIGHTS_COLUMN = "weights_sha256"  # the record column holding the SHA-256 of those weights
 
 
-def outside_settings(cfg: DictConfig, model: str) -> dict[str, Any]:
-    """The unit-config entries of `model`: "outside" for a model from outside the package (its target, where it was
+def external_settings(cfg: DictConfig, model: str) -> dict[str, Any]:
+    """The unit-config entries of `model`: "external" for a model from outside the package (its target, where it was
     registered, and its source hash, so that editing the user's code changes the unit's key), "weights" when it is
     measured with weights trained elsewhere ({"path", "sha256"}; the path is not part of the key)."""
     settings: dict[str, Any] = {}
-    spec = outside(model)
+    spec = external_spec(model)
     if spec is not None:
         source = spec.source_hash()
         if source is None:
             log.warning("%s: the source of %s cannot be read (defined in a notebook?); its units are measured again "
                         "on every call", model, spec.target)
             source = f"unreadable-{uuid.uuid4().hex}"
-        settings["outside"] = {"target": spec.target, "origin": spec.origin, "source": source}
+        settings["external"] = {"target": spec.target, "origin": spec.origin, "source": source}
         if spec.instance is not None:
             settings["weights"] = {"path": None, "sha256": spec.state_sha256}
     path = (cfg.get("weights") or {}).get(model)
@@ -55,12 +55,12 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:
 
 
 def ensure_registered(model: str, config: dict[str, Any]) -> None:
-    """In the process that runs a unit: register its outside model when this process does not know it (a Ray or
+    """In the process that runs a unit: register its external model when this process does not know it (a Ray or
     SLURM worker), and check that the worker reads the same source as the driver did."""
-    info = config.get("outside")
+    info = config.get("external")
     if not info:
         return
-    spec = outside(model) if model in MODELS else None
+    spec = external_spec(model) if model in MODELS else None
     if info["origin"] == "instance":
         if spec is None or spec.instance is None:
             raise CapsbenchError(

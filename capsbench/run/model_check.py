@@ -1,5 +1,5 @@
 """The model contract, checked on a real batch (`capsbench check-model`, and the structural part before every run with
-an outside model or external weights): output shapes and finite values, scores and logits ranking classes alike,
+an external model or external weights): output shapes and finite values, scores and logits ranking classes alike,
 inputs in [0, 1] with any normalisation inside the model, determinism in eval mode, finite non-zero input gradients,
 capsule hooks that agree with the model's own predictions; and what the model costs."""
 

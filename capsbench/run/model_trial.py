@@ -1,4 +1,4 @@
-"""Outside models and external weights meet real data before anything is measured or written: before a run, each is
+"""External models and external weights meet real data before anything is measured or written: before a run, each is
 imported, built, loaded strictly and given one real batch (a bad module, weights file or output is one error, exit 2);
 `capsbench check-model` runs the whole contract (capsbench.run.model_check) and reports what the model costs."""
 
@@ -30,16 +30,16 @@ from capsbench.suites import SUITES
 from capsbench.train.external import external_model
 from capsbench.train.trained import external_weights, model_config
 
-TRIAL_IMAGES = 16  # test images each outside model sees before a run
+TRIAL_IMAGES = 16  # test images each external model sees before a run
 CHECK_IMAGES = 256  # test images `capsbench check-model` uses (the input-range check compares accuracies on them)
 
 
-def try_outside_models(units: list[UnitSpec]) -> None:
-    """Build every outside model and model with external weights of the units once per (model, arguments, weights,
+def try_external_models(units: list[UnitSpec]) -> None:
+    """Build every external model and model with external weights of the units once per (model, arguments, weights,
     data), on the CPU, and put the first test images through it; the first problem is a CapsbenchError."""
     seen = set()
     for unit in units:
-        if "outside" not in unit.config and "weights" not in unit.config:
+        if "external" not in unit.config and "weights" not in unit.config:
             continue
         key = json.dumps([unit.model, unit.suite, unit.config.get("weights"), unit.config["model_args"],
                           unit.dataset, unit.config["data"]], sort_keys=True, default=str)

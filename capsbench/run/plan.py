@@ -1,18 +1,91 @@
-"""The plan: a composed suite config expanded into its units, each carrying its fully resolved model and training
-settings. The one place where per-model settings (model_args.<model>, model_train.<model>) are resolved for a run."""
+"""The plan the driver runs: sections (a composed suite config expanded into its units, each carrying its fully
+resolved model and training settings) and an optional finish step over all of them, as a task group runs through one
+evaluator. The one place where per-model settings (model_args.<model>, model_train.<model>) are resolved for a run."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 from omegaconf import DictConfig, OmegaConf
 
 from capsbench.config.per_model import model_trains
-from capsbench.run.external import EXTERNAL, outside_settings
+from capsbench.run.external import EXTERNAL, external_settings
 from capsbench.run.units import UNIT_KEYS, UnitSpec
 from capsbench.suites import SUITES
 
 TRAIN_COMMAND_SUITE = "accuracy"  # `capsbench train` trains what suite=accuracy would: the dataset's own protocol
+
+
+@dataclass
+class Section:
+    """One composed suite config and its units, written under <output_dir>/<folder>/.
+
+    Args:
+        key: unique within the plan (the suite's name in an ordinary run; e.g. "robustness-mnist-2" for claims).
+        cfg: the composed suite config.
+        units: its units, in table order.
+        folder: where its files go, relative to output_dir.
+    """
+
+    key: str
+    cfg: DictConfig
+    units: list[UnitSpec]
+    folder: str
+
+
+@dataclass
+class Finished:
+    """What a finish step made of the sections: its files, its Markdown, its headline metrics, the failed units."""
+
+    paths: dict[str, Path]
+    markdown: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)  # for --format json
+    detail: list[Any] = field(default_factory=list)  # the step's own results (the claims' judgements)
+
+
+class Finish(Protocol):
+    """A step after every section of a plan (judging claims): named, and given every section's outcome."""
+
+    name: str  # its parent run's name and suite tag, e.g. "claims"
+    params: dict[str, Any]  # logged on that run beside the shared settings
+
+    def __call__(self, sections: list[Any], done: dict[str, Any], run_id: str | None) -> Finished:
+        """Its files from the sections' outcomes (SuiteResult), every unit's result by key, and its parent run."""
+
+
+@dataclass
+class Plan:
+    """What one `capsbench run` does: its sections, in order, then its finish step (if any).
+
+    Args:
+        cfg: the settings every section shares (output and tracking, launcher, budget, seeds).
+        sections: the suite configs and their units.
+        finish: the step after every section, with a parent run of its own above the sections' (None: none).
+        notes: (logging level, line) said before anything runs (what is planned, what is absent, what is long).
+    """
+
+    cfg: DictConfig
+    sections: list[Section]
+    finish: Finish | None = None
+    notes: list[tuple[int, str]] = field(default_factory=list)
+
+
+def suite_plan(cfgs: list[DictConfig]) -> Plan:
+    """An ordinary run: one section per composed suite config, keyed and written by suite name."""
+    for cfg in cfgs:
+        fix_threads(cfg)
+    return Plan(cfgs[0], [Section(cfg.suite, cfg, plan(cfg), cfg.suite) for cfg in cfgs])
+
+
+def fix_threads(cfg: DictConfig) -> None:
+    """One thread count for every unit, in its spec, whatever runs it (recorded in every run's params): threads=,
+    else unit_threads(cfg)."""
+    if cfg.threads is None:
+        cfg.threads = unit_threads(cfg)
+
 
 
 def training_column(train: dict[str, Any]) -> dict[str, str]:
@@ -30,13 +103,13 @@ def plan(cfg: DictConfig) -> list[UnitSpec]:
     units = []
     for model in cfg.models:
         train = OmegaConf.to_container(trains[model], resolve=True)
-        outside = outside_settings(cfg, model)  # an outside model's source, external weights (not trained)
+        external = external_settings(cfg, model)  # an external model's source, external weights (not trained)
         for variant in suite.variants(cfg, model):
             model_args = {**(base["model_args"].get(model) or {}), **variant.model_args}
             config = {k: base[k] for k in UNIT_KEYS if k != "train"}
-            config.update(train=train, model_args={model: model_args}, **outside)
-            trained_so = {"training": EXTERNAL} if "weights" in outside else training_column(train)
-            columns = {**variant.columns, **(trained_so if suite.needs_training or "weights" in outside else {})}
+            config.update(train=train, model_args={model: model_args}, **external)
+            trained_so = {"training": EXTERNAL} if "weights" in external else training_column(train)
+            columns = {**variant.columns, **(trained_so if suite.needs_training or "weights" in external else {})}
             units += [UnitSpec(cfg.suite, model, seed, columns, config) for seed in cfg.seeds]
     return units
 
@@ -47,7 +120,7 @@ def training_unit(cfg: DictConfig, model: str, seed: int) -> UnitSpec:
     base = OmegaConf.to_container(cfg, resolve=True)
     config: dict[str, Any] = {k: base[k] for k in UNIT_KEYS if k != "train"}
     config.update(suite=TRAIN_COMMAND_SUITE, params=None, model_args={model: base["model_args"].get(model) or {}},
-                  train=OmegaConf.to_container(model_trains(cfg)[model], resolve=True), **outside_settings(cfg, model))
+                  train=OmegaConf.to_container(model_trains(cfg)[model], resolve=True), **external_settings(cfg, model))
     return UnitSpec(TRAIN_COMMAND_SUITE, model, seed, {}, config)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from capsbench.suites.params import AffineParams, EfficiencyParams, NoParams, OverlapParams, RoutingParams
-from capsbench.suites.robustness_params import RobustnessParams
+from capsbench.suites.robustness.params import RobustnessParams
 from capsbench.util.lazy import class_literal, lazy_attributes, load, split_target
 from capsbench.util.registry import LoadingView, Registry
 
@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SuiteEntry:
-    """A registered suite: its class as "package.module:Class" and its Params dataclass (a torch-free module)."""
+    """A registered suite: its name, its class as "package.module:Class" and its Params dataclass (a torch-free
+    module). The entry is the one source of both: loading the class gives it `name` and `Params` from here."""
 
+    name: str
     target: str
     params: type = NoParams
 
@@ -34,19 +36,22 @@ class SuiteEntry:
         return class_literal(self.target, "description")
 
     def load(self) -> type[Suite]:
-        return load(self.target)
+        """The suite class, named and given its Params by this entry."""
+        cls = load(self.target)
+        cls.name, cls.Params = self.name, self.params
+        return cls
 
 
 CATALOG: Registry[SuiteEntry] = Registry("suite")
-for _name, _entry in {
-    "accuracy": SuiteEntry("capsbench.suites.accuracy:AccuracySuite"),
-    "affine": SuiteEntry("capsbench.suites.affine:AffineSuite", AffineParams),
-    "efficiency": SuiteEntry("capsbench.suites.efficiency:EfficiencySuite", EfficiencyParams),
-    "overlap": SuiteEntry("capsbench.suites.overlap:OverlapSuite", OverlapParams),
-    "robustness": SuiteEntry("capsbench.suites.robustness:RobustnessSuite", RobustnessParams),
-    "routing": SuiteEntry("capsbench.suites.routing:RoutingSuite", RoutingParams),
-}.items():
-    CATALOG.register(_name)(_entry)
+for _entry in (
+    SuiteEntry("accuracy", "capsbench.suites.accuracy:AccuracySuite"),
+    SuiteEntry("affine", "capsbench.suites.affine:AffineSuite", AffineParams),
+    SuiteEntry("efficiency", "capsbench.suites.efficiency:EfficiencySuite", EfficiencyParams),
+    SuiteEntry("overlap", "capsbench.suites.overlap:OverlapSuite", OverlapParams),
+    SuiteEntry("robustness", "capsbench.suites.robustness.suite:RobustnessSuite", RobustnessParams),
+    SuiteEntry("routing", "capsbench.suites.routing:RoutingSuite", RoutingParams),
+):
+    CATALOG.register(_entry.name)(_entry)
 
 
 SUITES: LoadingView[SuiteEntry, type[Suite]] = LoadingView(CATALOG, SuiteEntry.load)  # get(name): the Suite class

@@ -11,7 +11,6 @@ from capsbench.util.stats import accuracy_fields, error_fields
 
 
 class AccuracySuite(Suite):
-    name = "accuracy"
     description = "clean test accuracy / error % of each model (checkpoint chosen on the validation split)"
     metrics = (
         Metric("test_accuracy", "%", True, "top-1 accuracy on the test split"),

@@ -17,7 +17,6 @@ from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.errors import CapsbenchError
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.layout import Column, Group, Layout, SweepColumns, SweepPlot, TableSpec
-from capsbench.suites.params import AffineParams
 from capsbench.train.evaluation import correct
 from capsbench.train.protocols import AffineCanvasProtocol, CanvasProtocol, TrainingProtocol
 from capsbench.util.stats import accuracy_fields
@@ -54,7 +53,6 @@ def sweep_transform(transform: str, value: float) -> tuple[torch.Tensor, torch.T
 
 
 class AffineSuite(Suite):
-    name = "affine"
     description = "affNIST protocol: train on 40x40 shifted MNIST, test on affNIST(-style) and per-transform sweeps"
     metrics = (
         Metric("centred_accuracy", "%", True, "MNIST test digits centred on the 40x40 canvas"),
@@ -91,7 +89,6 @@ class AffineSuite(Suite):
             ),
         ),
     )
-    Params = AffineParams
 
     def protocol(self, cfg: Any) -> TrainingProtocol:
         """Sabour's expanded MNIST; with train.augment=affine (per model through model_train), random affine

@@ -67,7 +67,8 @@ def test_images(cfg: Any) -> int:
 
 
 class Suite:
-    """Base class. Subclasses set the class attributes and write measure()."""
+    """Base class. Subclasses set the class attributes and write measure(); `name` and `Params` come from the suite's
+    catalog entry (capsbench.suites.CATALOG) when the class is loaded."""
 
     name: ClassVar[str]
     description: ClassVar[str]

@@ -87,10 +87,8 @@ LAYOUT = Layout(
 
 
 class EfficiencySuite(Suite):
-    name = "efficiency"
     description = "params, MACs (FLOPs = 2 MACs), peak memory, latency, throughput, latency per routing iteration"
     needs_training = False
-    Params = EfficiencyParams
     sweep_columns = ("part", "module", "op", "mode", "batch", "r", "method", "device", "dtype")
     metrics = (
         Metric("params", "M", False, "parameters, total and per part (encoder, routing weights, decoder)", exact=True),

@@ -12,14 +12,12 @@ from capsbench.data import DATASETS
 from capsbench.data.multimnist import PairRecipe, bounding_boxes, box_overlap, pair_labels, render
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.layout import Column, Layout, TableSpec
-from capsbench.suites.params import OverlapParams
 from capsbench.train.evaluation import correct
 from capsbench.train.multimnist_protocol import MultiMNISTProtocol, both_correct, digits_found
 from capsbench.util.stats import accuracy_fields, error_fields
 
 
 class OverlapSuite(Suite):
-    name = "overlap"
     description = "MultiMNIST: two overlapping digits; correct only when the top-2 classes are exactly both digits"
     metrics = (
         Metric(
@@ -49,7 +47,6 @@ class OverlapSuite(Suite):
             ),
         )
     )
-    Params = OverlapParams
 
     def protocol(self, cfg: Any) -> MultiMNISTProtocol:
         p = cfg.params

@@ -17,9 +17,7 @@ from capsbench.util.precision import autocast, maybe_compile
 
 
 class RoutingSuite(Suite):
-    name = "routing"
     description = "CapsNet trained at r = 1..5 routing iterations: test accuracy and latency against r"
-    Params = RoutingParams
     sweep_columns = ("r",)
     metrics = (
         Metric("test_accuracy", "%", True, "top-1 test accuracy of the variant trained at r iterations"),

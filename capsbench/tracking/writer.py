@@ -88,12 +88,16 @@ class Tracker:
         with self._writes():
             recover_stale_runs(self.uri, self._experiment_id, process_tags()["host"])
 
-    def start_parent(self, name: str, params: dict[str, Any], tags: dict[str, str], config_yaml: str) -> str | None:
+    def start_parent(self, name: str, params: dict[str, Any], tags: dict[str, str], config_yaml: str, *,
+                     parent: str | None = None) -> str | None:
+        """A run of the invocation (a section's, holding its units; or a finish step's, holding sections: `parent`)."""
         if not self.enabled:
             return None
         self.open()
+        above = {"mlflow.parentRunId": parent} if parent else {}
         with self._writes():
-            run = self._client.create_run(self._experiment_id, run_name=name, tags={**tags, **process_tags()})
+            run = self._client.create_run(self._experiment_id, run_name=name,
+                                          tags={**tags, **process_tags(), **above})
             run_id = run.info.run_id
             self.open_parents.append(run_id)
             self._batch(run_id, params=params)

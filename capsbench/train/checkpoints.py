@@ -74,6 +74,9 @@ class CheckpointCache:
         return self._load(self.partial_path(key), PARTIAL_KEYS, "training from the first epoch", "model", expected)
 
     def save(self, key: str, payload: dict[str, Any]) -> Path:
+        """Cache a finished checkpoint (never one whose weights are not finite: a ValueError names the tensors)."""
+        if bad := non_finite(payload["state_dict"]):
+            raise ValueError(f"refusing to cache checkpoint {key}: its weights are not finite ({_some(bad)})")
         save_torch(payload, self.path(key))
         self._write_sidecar(key, payload["meta"])
         self.partial_path(key).unlink(missing_ok=True)
@@ -115,7 +118,16 @@ class CheckpointCache:
         if misfit is not None:
             _quarantine(path, f"its weights do not fit the model: {misfit}", then)
             return None
+        if bad := non_finite(payload[weights]):
+            _quarantine(path, f"its weights are not finite ({_some(bad)})", then)
+            return None
         return payload
+
+
+def non_finite(state: Mapping[str, Any]) -> list[str]:
+    """The floating-point tensors of a state dict holding NaN or infinity, by name."""
+    return [k for k, v in state.items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and not torch.isfinite(v).all()]
 
 
 def state_mismatch(expected: Mapping[str, torch.Tensor], found: Any) -> str | None:

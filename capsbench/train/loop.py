@@ -23,6 +23,10 @@ from capsbench.util.progress import Progress
 log = logging.getLogger(__name__)
 
 
+class Diverged(RuntimeError):
+    """Training produced a non-finite loss: the unit fails, and no checkpoint of it is ever cached."""
+
+
 def make_optimizer(params: Iterable[torch.nn.Parameter], t: DictConfig, device: str = "cpu"
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """The optimizer train.optimizer names (train settings `t`: a DictConfig or a TrainConfig) and its per-epoch
@@ -163,6 +167,8 @@ def _train_epoch(
     opt = step.optimizer
     total_loss = torch.zeros((), device=cfg.device)  # running sums stay on the device: no sync per batch
     correct = torch.zeros((), device=cfg.device, dtype=torch.long)
+    bad_step = torch.full((), -1, device=cfg.device, dtype=torch.long)  # the first step whose loss was not finite
+    bad_loss = torch.zeros((), device=cfg.device)
     seen = 0
     n_batches = -(-len(splits.train_x) // cfg.train.batch_size)
     # Linear warm-up over the first warmup_epochs: Adam's first steps are full-size whatever the gradient's scale,
@@ -190,6 +196,9 @@ def _train_epoch(
                     generator=gen,
                 )
             out, loss = step(batch)
+            first_bad = (bad_step < 0) & ~torch.isfinite(loss.detach())
+            bad_step = torch.where(first_bad, i, bad_step)
+            bad_loss = torch.where(first_bad, loss.detach().float(), bad_loss)
             total_loss += loss.detach() * len(labels)
             scores = out.scores.detach()
             if batch.targets.dim() == 1:  # single-label: running top-1 accuracy on the training batches
@@ -204,4 +213,7 @@ def _train_epoch(
                 bar.show(f"loss {total_loss.item() / seen:.4f}, acc {correct.item() / seen:.4f}")
     for group, lr in zip(opt.param_groups, scheduled):  # the epoch schedule goes on from the un-warmed rate
         group["lr"] = lr
+    if int(bad_step.item()) >= 0:  # checked once per epoch: a per-step check would sync a GPU at every step
+        raise Diverged(f"diverged at epoch {epoch + 1}, step {int(bad_step.item()) + 1}: loss {bad_loss.item()}; "
+                       "lower train.lr or check the model")
     return total_loss.item() / seen, correct.item() / seen

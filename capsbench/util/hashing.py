@@ -22,9 +22,9 @@ PACKAGE = "capsbench"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TRAINING_CODE = "capsbench.train.trained"  # builds the model and calls the loop, which calls the step
 # capsbench modules whose code can change trained weights; anything else is neither hashed nor followed.
-WEIGHT_AREAS = ("capsbench.models.", "capsbench.data.", "capsbench.train.")
+WEIGHT_AREAS = ("capsbench.layers.", "capsbench.models.", "capsbench.data.", "capsbench.train.")
 # Inside those areas but without effect on weights: descriptions and shapes (in the key as model_args), the cache.
-NOT_WEIGHTS = ("capsbench.models", "capsbench.data", "capsbench.data.catalog", "capsbench.train",
+NOT_WEIGHTS = ("capsbench.layers", "capsbench.models", "capsbench.data", "capsbench.data.catalog", "capsbench.train",
                "capsbench.train.checkpoints")
 
 
@@ -138,7 +138,7 @@ def imports(module: str, package_dir: Path, tops: frozenset[str] = frozenset({PA
 
 
 def _weight_relevant(module: str, tops: frozenset[str]) -> bool:
-    """capsbench's weight areas (less the exceptions), or any module of an outside model's own package."""
+    """capsbench's weight areas (less the exceptions), or any module of an external model's own package."""
     top = module.split(".")[0]
     if top != PACKAGE:
         return top in tops

@@ -37,7 +37,7 @@ class Registry(Generic[T]):
         return decorator
 
     def replace(self, name: str, obj: T) -> None:
-        """Register `obj` under `name`, replacing an entry of that name (outside models: the latest alias wins)."""
+        """Register `obj` under `name`, replacing an entry of that name (external models: the latest alias wins)."""
         self._entries[name] = obj
 
     def get(self, name: str) -> T:

@@ -1,1 +1,1 @@
-"""Outside models for the tests of issue 25: plain modules, capsule outputs and models that break the contract."""
+"""External models for the tests: plain modules, capsule outputs and models that break the contract."""

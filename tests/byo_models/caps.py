@@ -1,4 +1,4 @@
-"""Capsule-style outside models: class capsules from a linear map, with and without hooks, in every output form."""
+"""Capsule-style external models: class capsules from a linear map, with and without hooks, in every output form."""
 
 import torch
 from torch import nn

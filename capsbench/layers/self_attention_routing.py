@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from capsbench.models.straight_through import saturating
+from capsbench.layers.straight_through import saturating
 
 NORM_EPS = 1e-7
 

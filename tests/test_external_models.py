@@ -1,21 +1,21 @@
-"""Outside models (issue 25): registration by alias, YAML and factory, the adapter's reading of every output form and
+"""External models: registration by alias, YAML and factory, the adapter's reading of every output form and
 its hooks, strict weights loading, and unit keys that follow the weights."""
 
 import shutil
 
 import pytest
 import torch
+from composing import compose
 from safetensors.torch import save_file
 
 from capsbench.attacks import ATTACKS
-from capsbench.config.compose import compose
 from capsbench.errors import CapsbenchError
+from capsbench.layers.capsules import capsule_logits, squash
+from capsbench.layers.straight_through import saturating
 from capsbench.models import MODELS, create_model
-from capsbench.models.adapter import OutsideModel, reaches_straight_through
+from capsbench.models.adapter import ExternalModel, reaches_straight_through
 from capsbench.models.base import NotApplicable
-from capsbench.models.capsules import capsule_logits, squash
-from capsbench.models.outside import register_alias
-from capsbench.models.straight_through import saturating
+from capsbench.models.external import register_alias
 from capsbench.models.weights import load_weights, state_sha256
 from capsbench.run.plan import plan
 
@@ -38,7 +38,7 @@ def test_an_alias_on_the_command_line_works_like_a_built_in_name(tmp_path):
     assert [u.model for u in units] == ["ext", "capsnet"]
     assert units[0].config["model_args"]["ext"] == {"width": 3}
     assert units[0].config["train"]["lr"] == 0.01
-    assert units[0].config["outside"]["target"] == "byo_models.plain:PlainNet" and "outside" not in units[1].config
+    assert units[0].config["external"]["target"] == "byo_models.plain:PlainNet" and "external" not in units[1].config
     assert MODELS.get("ext").arguments() == {"in_channels": 1, "image_size": 28, "num_classes": 10, "width": 4}
 
 
@@ -54,7 +54,7 @@ def test_an_alias_in_a_yaml_config_file(tmp_path):
 def test_a_factory_function_and_its_arguments(tmp_path):
     cfg = _compose(tmp_path, "register.fac=byo_models.plain:make_plain", "models=[fac]", "model_args.fac.width=2")
     model = create_model("fac", **{"in_channels": 1, "image_size": 28, "num_classes": 10, "width": 2})
-    assert isinstance(model, OutsideModel) and model.module.conv.out_channels == 2 and cfg.models == ["fac"]
+    assert isinstance(model, ExternalModel) and model.module.conv.out_channels == 2 and cfg.models == ["fac"]
     with pytest.raises(CapsbenchError, match=r"model 'fac' has no argument 'widht': did you mean 'width'"):
         _compose(tmp_path, "register.fac=byo_models.plain:make_plain", "models=[fac]", "model_args.fac.widht=2")
 
@@ -118,7 +118,7 @@ def test_a_squash_through_the_straight_through_switch_is_a_hook():
         def forward(self, x):
             return saturating(squash, self.linear(x.flatten(1)).view(-1, 10, 4)).norm(dim=-1)
 
-    model = OutsideModel(SwitchedCaps(), name="sw", input_shape=(1, 28, 28), num_classes=10).eval()
+    model = ExternalModel(SwitchedCaps(), name="sw", input_shape=(1, 28, 28), num_classes=10).eval()
     x = torch.rand(1, 1, 28, 28)
     assert reaches_straight_through(model, x) and model.missing_adaptive_hooks(x) is None
     assert not reaches_straight_through(_built("byo_models.caps:CapsLengths").eval(), x)

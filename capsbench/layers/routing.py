@@ -7,8 +7,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from capsbench.models.capsules import squash, squash_backward
-from capsbench.models.straight_through import is_active as straight_through_active
+from capsbench.layers.capsules import squash, squash_backward
+from capsbench.layers.straight_through import is_active as straight_through_active
 
 
 def _fp32(t: torch.Tensor) -> torch.Tensor:

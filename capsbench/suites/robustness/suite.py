@@ -18,11 +18,11 @@ from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, wors
 from capsbench.attacks.detector import Detector
 from capsbench.attacks.pgd import PGD
 from capsbench.data import DATASETS, as_images, batches
-from capsbench.suites import robustness_detection as detection
 from capsbench.suites.base import Context, Metric, Suite, test_images
 from capsbench.suites.layout import Column, FlagColumn, Group, Layout, SweepColumns, SweepPlot, TableSpec
-from capsbench.suites.robustness_checks import CHECKS, sanity_flags
-from capsbench.suites.robustness_params import EpsGrid, RobustnessParams, eps_grid
+from capsbench.suites.robustness import detection
+from capsbench.suites.robustness.checks import CHECKS, sanity_flags
+from capsbench.suites.robustness.params import EpsGrid, eps_grid
 from capsbench.train.evaluation import predict
 from capsbench.util.progress import Progress
 from capsbench.util.stats import accuracy_fields
@@ -77,7 +77,6 @@ class RobustnessSuite(Suite):
     params.attacks runs on every image classified correctly clean (it is reported on its own); `worst_case` is the
     per-image union over all attacks and smaller eps, and params.extra_attacks attack only what it leaves robust."""
 
-    name = "robustness"
     description = (
         "robust accuracy under L-inf FGSM / PGD / adaptive (squash-aware, vote) / Square, worst case, masking checks"
     )
@@ -165,7 +164,6 @@ class RobustnessSuite(Suite):
             ),
         ),
     )
-    Params = RobustnessParams
 
     def prepare(self, cfg: Any, splits: Any) -> EpsGrid:
         """The dataset's eps grid, worked out once for every model and seed of the run (ctx.resources)."""

@@ -6,8 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from capsbench.models.base import Classifier, ModelOutput
-from capsbench.models.straight_through import saturating
+from capsbench.layers.straight_through import saturating
 
 SQUASH_EPS = 1e-8
 LOG_EPS = 1e-8
@@ -159,58 +158,7 @@ def reconstruction_loss(reconstructions: torch.Tensor, images: torch.Tensor) -> 
 def decode(decoder: Decoder | None, poses: torch.Tensor, lengths: torch.Tensor,
            labels: torch.Tensor | None) -> torch.Tensor | None:
     """The forward pass's reconstruction: masked by the label, else by the longest capsule. None without a
-    decoder or for multi-hot labels (margin_reconstruction_loss then reconstructs each object on its own)."""
+    decoder or for multi-hot labels (the models' loss then reconstructs each object on its own)."""
     if decoder is None or (labels is not None and labels.dim() == 2):
         return None
     return decoder(poses, labels if labels is not None else lengths.argmax(dim=1))
-
-
-def margin_reconstruction_loss(
-    out: ModelOutput,
-    labels: torch.Tensor,
-    images: torch.Tensor,
-    decoder: Decoder | None,
-    recon_weight: float,
-    components: torch.Tensor | None = None,
-    component_labels: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Margin loss + recon_weight x sum-squared reconstruction error (Sabour et al.).
-
-    With components (B, K, C_in, H, W) and component_labels (B, K) (MultiMNIST), each object is
-    reconstructed from its own class capsule and the K errors are summed (Sabour et al., section 6).
-    """
-    loss = margin_loss(out.scores, labels)
-    if decoder is None or recon_weight <= 0:
-        return loss
-    if components is not None:
-        errors = [
-            reconstruction_loss(decoder(out.poses, component_labels[:, k]), components[:, k])
-            for k in range(components.shape[1])
-        ]
-        return loss + recon_weight * torch.stack(errors).sum()
-    if out.reconstructions is not None:
-        loss = loss + recon_weight * reconstruction_loss(out.reconstructions, images)
-    return loss
-
-
-class VectorCapsuleClassifier(Classifier):
-    """Base of the vector-capsule models with an optional reconstruction decoder (CapsNet, Efficient-CapsNet): their
-    loss is Sabour et al.'s margin loss + recon_weight x sum-squared reconstruction error. Subclasses set
-    `self.decoder` (a Decoder, or None without reconstruction) and `self.recon_weight`."""
-
-    is_capsule = True
-    decoder: Decoder | None
-    recon_weight: float
-
-    def loss(
-        self,
-        out: ModelOutput,
-        labels: torch.Tensor,
-        images: torch.Tensor,
-        *,
-        components: torch.Tensor | None = None,
-        component_labels: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Margin loss + reconstruction error; per object with components (see margin_reconstruction_loss)."""
-        return margin_reconstruction_loss(out, labels, images, self.decoder, self.recon_weight,
-                                          components, component_labels)

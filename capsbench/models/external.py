@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "capsbench.models"
 WEIGHT_SUFFIXES = (".pt", ".pth", ".safetensors")  # state dicts (read with weights_only=True) and safetensors
 DIMENSIONS = {"in_channels": 1, "image_size": 28, "num_classes": 10}  # the dataset's; passed where Obj accepts them
-BUILT_INS = frozenset(MODELS.names())  # this module is the only way in for outside models: all present are built in
+BUILT_INS = frozenset(MODELS.names())  # this module is the only way in for external models: all present are built in
 _ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
@@ -45,8 +45,8 @@ class Signature:
 
 
 @dataclass(frozen=True)
-class OutsideSpec:
-    """An outside model: its "module:Obj" target, its alias, where it was registered, and (capsbench.evaluate) the
+class ExternalSpec:
+    """An external model: its "module:Obj" target, its alias, where it was registered, and (capsbench.evaluate) the
     model instance it copies instead of building one."""
 
     target: str
@@ -55,7 +55,7 @@ class OutsideSpec:
     instance: Any = field(default=None, compare=False, repr=False)
     state_sha256: str | None = None  # the instance's state dict by content (capsbench.models.weights.state_sha256)
     attributes_sha256: str | None = None  # the instance's plain attributes (capsbench.run.evaluate)
-    defaults: dict[str, Any] = field(default_factory=dict)  # ModelSpec's: outside models take theirs from the source
+    defaults: dict[str, Any] = field(default_factory=dict)  # ModelSpec's: external models take theirs from the source
 
     def __post_init__(self) -> None:
         split_target(self.target)
@@ -75,7 +75,7 @@ class OutsideSpec:
         return {**DIMENSIONS, **self.signature().defaults}
 
     def argument_ranges(self) -> dict[str, Any]:
-        """None declared: an outside model checks its own arguments when it is built."""
+        """None declared: an external model checks its own arguments when it is built."""
         return {}
 
     def accepted(self) -> list[str] | None:
@@ -138,7 +138,7 @@ class OutsideSpec:
         return hashlib.sha256(f"{code}\n{self.attributes_sha256}".encode()).hexdigest()
 
 
-def register_alias(alias: str, target: str, where: str) -> OutsideSpec:
+def register_alias(alias: str, target: str, where: str) -> ExternalSpec:
     """Register `target` under `alias` (the latest registration of an alias wins); its module must be found and must
     define Obj at its top level. `where` names the setting in errors (e.g. "register.mycaps=pkg.caps:MyCaps")."""
     if not _ALIAS.match(alias):
@@ -154,16 +154,16 @@ def register_alias(alias: str, target: str, where: str) -> OutsideSpec:
             f"{where}: expected package.module:ClassOrFunction, e.g. register.mycaps=mypkg.caps:MyCaps"
         ) from None
     read_signature(target, where)  # the module is found, parses, and defines Obj
-    spec = OutsideSpec(target, alias, "register")
+    spec = ExternalSpec(target, alias, "register")
     MODELS.replace(alias, spec)
     return spec
 
 
-def register_instance(alias: str, instance: Any, state_sha256: str, attributes_sha256: str) -> OutsideSpec:
+def register_instance(alias: str, instance: Any, state_sha256: str, attributes_sha256: str) -> ExternalSpec:
     """Register a model instance under `alias`: units build a copy of it (its class and state, weights included);
     its state dict's and plain attributes' hashes (with its class's source) are what its units are keyed by."""
     cls = type(instance)
-    spec = OutsideSpec(f"{cls.__module__}:{cls.__name__}", alias, "instance", instance=instance,
+    spec = ExternalSpec(f"{cls.__module__}:{cls.__name__}", alias, "instance", instance=instance,
                        state_sha256=state_sha256, attributes_sha256=attributes_sha256)
     if alias in BUILT_INS:
         raise CapsbenchError(f"name={alias!r} is a built-in model; name your instance otherwise, e.g. {alias}_own")
@@ -182,7 +182,7 @@ def discover() -> tuple[str, ...]:
             log.warning("ignoring entry point %r of %s: a built-in model's name, or not a plain name", ep.name, dist)
             continue
         try:
-            spec = OutsideSpec(ep.value, ep.name, f"entry point of {dist}")
+            spec = ExternalSpec(ep.value, ep.name, f"entry point of {dist}")
         except ValueError:
             log.warning("ignoring entry point %s = %r of %s: expected package.module:Obj", ep.name, ep.value, dist)
             continue
@@ -192,10 +192,10 @@ def discover() -> tuple[str, ...]:
     return tuple(found)
 
 
-def outside(name: str) -> OutsideSpec | None:
-    """The outside spec registered under `name`, or None for a built-in model."""
+def external_spec(name: str) -> ExternalSpec | None:
+    """The external spec registered under `name`, or None for a built-in model."""
     spec = MODELS.get(name)
-    return spec if isinstance(spec, OutsideSpec) else None
+    return spec if isinstance(spec, ExternalSpec) else None
 
 
 def _module_source(module: str, where: str) -> tuple[Path, ast.Module]:

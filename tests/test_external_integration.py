@@ -1,6 +1,6 @@
-"""Issue 25 end to end on real MNIST: capsbench measures an outside model with outside weights exactly as a plain
-PyTorch script does (the CLI and the Python API), and the example package's robustness runs say what they could and
-could not attack."""
+"""External models end to end on real MNIST: capsbench measures an external model with external weights exactly as a
+plain PyTorch script does (the CLI and the Python API), and the example package's robustness runs say what they could
+and could not attack."""
 
 import json
 import os

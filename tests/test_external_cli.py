@@ -1,4 +1,4 @@
-"""Outside models on the command line (issue 25): bad input is one line, exit 2, nothing written; entry points; keys
+"""External models on the command line: bad input is one line, exit 2, nothing written; entry points; keys
 that follow the user's source; `capsbench check-model` on a model that breaks each rule."""
 
 import json
@@ -101,7 +101,7 @@ def test_entry_points_are_listed_and_run_like_built_in_names(cli_probe, tmp_path
 
 
 KEYS = """
-from capsbench.config.compose import compose
+from composing import compose
 from capsbench.run.plan import plan
 from capsbench.train.trained import default_protocol, training_identity
 from capsbench.util.hashing import content_key

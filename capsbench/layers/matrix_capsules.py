@@ -7,8 +7,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from capsbench.models.em_routing import MIN_VARIANCE, EMRouting
-from capsbench.models.straight_through import saturating
+from capsbench.layers.em_routing import MIN_VARIANCE, EMRouting
+from capsbench.layers.straight_through import saturating
 
 POSE = 16  # a 4x4 pose matrix, flattened
 
