@@ -57,7 +57,11 @@ def fake_root(tmp_path: Path, *datasets: str) -> Path:
     return root
 
 
-def test_the_plan_has_units_for_every_claim_whose_data_exist(tmp_path: Path):
+def _budget(claim) -> str | None:
+    return next((str(c.value) for c in claim.checks if c.kind == "budget"), None)
+
+
+def test_the_plan_has_units_for_every_claim_whose_data_and_budget_it_has(tmp_path: Path):
     root = fake_root(tmp_path, "mnist", "fashion_mnist")
     folder = with_fashion_claim(tmp_path)
     p = plan_claims(parse_command_line([
@@ -65,9 +69,14 @@ def test_the_plan_has_units_for_every_claim_whose_data_exist(tmp_path: Path):
         f"baselines_dir={folder}"]))
     claims = load_claims(folder)
     present = {c.id for c in claims if c.dataset in ("mnist", "fashion_mnist") and "affnist" not in c.data}
-    assert set(p.units) == present and set(p.lacking) == {c.id for c in claims} - present
+    paper = {c.id for c in claims if c.id in present and _budget(c) == "paper" and c.suite != "efficiency"}
+    assert set(p.lacking) == {c.id for c in claims} - present
+    assert set(p.unplanned) == paper and set(p.units) == present - paper
+    assert "sabour2017-mnist-r3" in paper and "circulated-pgd-adversarial" in paper
+    assert "budget=paper" in p.unplanned["sabour2017-mnist-r3"] and "claims=[sabour2017-mnist-r3]" in \
+        p.unplanned["sabour2017-mnist-r3"]
     for claim in claims:
-        if claim.id in present:  # every side's model measured in every default seed, in the claim's suite and dataset
+        if claim.id in p.units:  # every side's model measured in every default seed, in the claim's suite and dataset
             units = p.units[claim.id]
             assert {u.suite for u in units} == {claim.suite} and {u.dataset for u in units} == {claim.dataset}
             for side in (claim.better, claim.worse):
@@ -76,19 +85,21 @@ def test_the_plan_has_units_for_every_claim_whose_data_exist(tmp_path: Path):
     smallnorb = " ".join(p.lacking["hinton2018-smallnorb"])
     assert "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat" in smallnorb and "cs.nyu.edu" in smallnorb
     assert "affNIST/test.mat" in " ".join(p.lacking["sabour2017-affnist"])
-    r1 = {u.config["model_args"]["capsnet"].get("routing_iterations") for u in p.units["sabour2017-mnist-r1"]
-          if u.model == "capsnet"}
-    adversarial = {u.config["train"]["adversarial"] for u in p.units["overview-pgd-adversarial"]
-                   if u.model == "cnn_sabour"}
-    assert r1 == {1} and adversarial == {"pgd"}
-    detection = {u.config["params"]["detection_fpr"] for u in p.units["overview-reconstruction-detection"]}
-    assert detection == {0.05}
+    efficiency = {u.config["budget"] for u in p.units["sabour2017-params"]}  # measured at the sizes it assumes
+    detection = {u.config["params"]["detection_fpr"] for u in p.units["qin2020-detection"]}
+    assert efficiency == {"paper"} and detection == {0.05}
+    trained = {u.model: u.config["train"] for u in p.units["gu2021-pgd"]}
+    assert trained["capsnet"]["target_val_accuracy"] == 99.2 and trained["cnn_sabour"]["epochs"] == 12
+    attacked = {u.config["data"]["test_subset"] for u in p.units["gu2021-pgd"]}
+    grid = {tuple(u.config["params"]["eps"]["mnist"]) for u in p.units["gu2021-pgd"]}
+    assert attacked == {1568} and grid == {(0.0, 0.1, 0.15, 0.3)}  # the claim's eps, the black-box one, the largest
 
 
 def test_units_share_keys_with_ordinary_runs(tmp_path: Path):
     """A claim's side naming a default argument (routing_iterations: 3) keeps the ordinary unit's key, so nothing an
-    ordinary `capsbench run suite=accuracy` measured is measured again."""
-    common = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path}", "device=cpu"]
+    ordinary `capsbench run suite=accuracy` measured is measured again (the claim sizes its test images to the whole
+    test set, which the paper budget measures anyway)."""
+    common = ["budget=paper", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path}", "device=cpu"]
     p = plan_claims(parse_command_line([*common, "claims=[sabour2017-mnist-r3]"]))
     cfg = compose([*common, "suite=accuracy", "models=[capsnet,cnn_sabour]", "seeds=[0,1,2]"])
     cfg.threads = unit_threads(cfg)  # as run_suites fixes it before planning
@@ -98,25 +109,28 @@ def test_units_share_keys_with_ordinary_runs(tmp_path: Path):
 
 def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, monkeypatch):
     """smallNORB is absent: its claim is listed with the files and where to get them, with no unit; the MNIST claim's
-    units run (on synthetic images here) and it is judged, at smoke "protocol not met", never a verdict."""
+    units run (on synthetic images here) and it is judged, at smoke "protocol not met", never a verdict; a claim whose
+    protocol assumes the paper budget is listed with what it would cost, and not measured."""
     monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
     out = tmp_path / "out"
     command = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={out}", "device=cpu",
                "seeds=[0,1]", "train.epochs=1", f"tracking.uri=sqlite:///{out / 'mlflow.db'}",
-               "claims=[sabour2017-mnist-r3,hinton2018-smallnorb]"]
+               "claims=[gu2021-pgd,hinton2018-smallnorb,sabour2017-mnist-r3]"]
     p = plan_claims(parse_command_line(command))
     assert list(p.lacking) == ["hinton2018-smallnorb"] and "hinton2018-smallnorb" not in p.units
     result = run_plan(p.plan)
     by_id = {j.claim.id: j for j in result.finished.detail}
-    mnist, norb = by_id["sabour2017-mnist-r3"], by_id["hinton2018-smallnorb"]
+    mnist, norb, paper = by_id["gu2021-pgd"], by_id["hinton2018-smallnorb"], by_id["sabour2017-mnist-r3"]
     assert mnist.verdict == "protocol not met" and mnist.seeds == 2 and "budget=smoke" in mnist.reason
+    assert paper.verdict == "protocol not met" and "not measured: its protocol assumes budget=paper" in paper.reason
+    assert paper.needs == "capsbench run suite=claims budget=paper device=cuda claims=[sabour2017-mnist-r3]"
     assert norb.verdict == "no records" and "smallnorb-5x01235x9x18x6x2x96x96-testing-cat.mat" in norb.reason
     assert norb.needs == "the data files: smallnorb"
     table = (out / "claims" / "claims.md").read_text()
     assert "**protocol not met** (smoke, 2 seeds)" in table and "Verdicts: 0 supported, 0 refuted" in table
     assert "## Claims whose data files are absent (not planned)" in table and "cs.nyu.edu" in table
     report = (out / "claims" / "report.md").read_text()
-    assert "## accuracy-mnist-1" in report and "| capsnet" in report and "## Claims" in report
+    assert "## robustness-mnist-1" in report and "| capsnet" in report and "## Claims" in report
     assert {"claims.md", "claims.tex", "claims.csv", "report.md", "report.tex", "records.jsonl"} <= set(
         result.finished.paths)
     again = run_plan(plan_claims(parse_command_line(command)).plan)  # the same command: every unit is kept

@@ -75,10 +75,10 @@ def test_report_over_a_smoke_run_gives_no_verdict(built):
     r3 = rows["CapsNet (3 routing iterations, reconstruction) has a lower MNIST test error than the baseline CNN"]
     assert "| 0.25 vs 0.39 |" in r3 and "**protocol not met** (smoke, 4 seeds) | budget=quick or budget=paper |" in r3
     speed = rows["CapsNets are about 10x slower than CNNs per forward pass"]
-    assert "**no records** |" in speed and "capsbench run suite=claims claims=[overview-speed]" in speed
+    assert "**no records** |" in speed and "capsbench run suite=claims claims=[circulated-speed]" in speed
     for text in (output, report, tex):
         assert not any(f"{{{v}}}" in text or f"**{v}**" in text for v in ("supported", "refuted", "not resolved"))
-    assert "Capsule-network overview comparison table" in report
+    assert "Capsule-network comparison table circulated without a primary source" in report
 
 
 def test_filters_that_match_nothing_explain_what_exists(tracked_store, tmp_path):

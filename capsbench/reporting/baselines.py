@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -15,7 +15,7 @@ from capsbench.suites import SUITES
 from capsbench.util.shipped import shipped_dir
 
 NAME = re.compile(r"^[A-Za-z0-9_\-. /]+$")
-_SOURCE_KEYS = {"id": str, "citation": str, "arxiv": str, "openreview": str, "url": str}
+_SOURCE_KEYS = {"id": str, "citation": str, "arxiv": str, "openreview": str, "url": str, "unsourced": str}
 _RESULT_KEYS = {
     "suite": str, "dataset": str, "model": str, "metric": str, "value": (int, float), "std": (int, float),
     "where": str, "protocol": str, "model_args": dict, "sweep": dict,
@@ -65,12 +65,21 @@ def load_baselines(directory: Path | None = None) -> list[Published]:
 
 def load_file(path: Path) -> list[Published]:
     """The validated published numbers of one baselines YAML file."""
-    label, results = read_sourced_list(path, "results")
+    label, results, _ = read_sourced_list(path, "results")
     return [_entry(path, i, raw, label) for i, raw in enumerate(results)]
 
 
-def read_sourced_list(path: Path, key: str) -> tuple[str, list[Any]]:
-    """A YAML file holding exactly `source` and a non-empty list under `key`: (the source's citation, the list)."""
+class Sourced(NamedTuple):
+    """A sourced YAML file: its source's citation (with its reference), its entries, and, for numbers that no paper
+    prints, what they are instead (the source's `unsourced` text; None for a primary source)."""
+
+    label: str
+    entries: list[Any]
+    unsourced: str | None
+
+
+def read_sourced_list(path: Path, key: str) -> Sourced:
+    """A YAML file holding exactly `source` and a non-empty list under `key`."""
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -81,7 +90,7 @@ def read_sourced_list(path: Path, key: str) -> tuple[str, list[Any]]:
     label = _source_label(path, doc["source"])
     if not isinstance(doc[key], list) or not doc[key]:
         raise CapsbenchError(f"{path}: '{key}' must be a non-empty list of entries")
-    return label, doc[key]
+    return Sourced(label, doc[key], doc["source"].get("unsourced"))
 
 
 def _source_label(path: Path, raw: Any) -> str:

@@ -42,7 +42,9 @@ CLAIMS_SUITE = "claims"  # `capsbench run suite=claims` (the MLflow tag of its p
 _CLAIM_KEYS = {
     "id": str, "statement": str, "where": str, "suite": str, "dataset": str, "metric": str, "better": dict,
     "worse": dict, "sweep": dict, "ratio": (int, float), "note": str, "checks": list, "data": list, "run": dict,
+    "min_effect": (int, float), "train": dict,
 }
+_TRAIN_KEYS = {"target_val_accuracy": (int, float), "max_epochs": int}  # a claim's training: to a target, capped
 _REQUIRED_CLAIM = ("id", "statement", "where", "suite", "dataset", "metric", "better", "worse")
 _SIDE_KEYS = {"model": str, "published": (int, float), "model_args": dict, "settings": dict, "training": str,
               "metric": str}
@@ -91,6 +93,14 @@ class Claim:
     checks: tuple[Check, ...] = ()
     data: tuple[str, ...] = ()
     run: dict[str, Any] = field(default_factory=dict)
+    unsourced: str | None = None  # numbers no paper prints: what they are instead (None: a primary source)
+    min_effect: float | None = None  # the smallest difference (metric units) that still carries the statement
+    train: dict[str, Any] = field(default_factory=dict)  # target_val_accuracy (%) and max_epochs of both sides
+
+    @property
+    def primary(self) -> bool:
+        """Whether a paper prints the claim's numbers (else they are kept apart and never called a paper's)."""
+        return self.unsourced is None
 
 
 def load_claims(directory: Path | None = None) -> list[Claim]:
@@ -108,17 +118,17 @@ def load_claims(directory: Path | None = None) -> list[Claim]:
 def claim_ids(directory: Path | None = None) -> list[str]:
     """The ids of every claim under <baselines>/claims/, read without validating (nor importing the suites, torch)."""
     folder = (directory or baselines_dir()) / "claims"
-    return [str(c.get("id")) for p in sorted(folder.glob("*.yaml")) for c in read_sourced_list(p, "claims")[1]
+    return [str(c.get("id")) for p in sorted(folder.glob("*.yaml")) for c in read_sourced_list(p, "claims").entries
             if isinstance(c, dict)]
 
 
 def load_claims_file(path: Path) -> list[Claim]:
     """The validated claims of one claims YAML file."""
-    source, claims = read_sourced_list(path, "claims")
-    return [_claim(path, f"claims[{i}]", raw, source) for i, raw in enumerate(claims)]
+    source, claims, unsourced = read_sourced_list(path, "claims")
+    return [_claim(path, f"claims[{i}]", raw, source, unsourced) for i, raw in enumerate(claims)]
 
 
-def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
+def _claim(path: Path, where: str, raw: Any, source: str, unsourced: str | None) -> Claim:
     entry = check_mapping(path, where, raw, _CLAIM_KEYS, _REQUIRED_CLAIM)
     for key in ("suite", "dataset", "metric"):
         if not NAME.match(entry[key]):
@@ -132,6 +142,14 @@ def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
     _check_metric(path, where, entry)
     checks = parse_checks(path, where, entry.get("checks", []), dict(zip(("better", "worse"), sides)))
     _check_check_metrics(path, where, entry["suite"], checks)
+    train = check_mapping(path, f"{where}.train", entry.get("train", {}), _TRAIN_KEYS, ())
+    if not 0 < train.get("target_val_accuracy", 50) <= 100 or train.get("max_epochs", 1) < 1:
+        raise CapsbenchError(f"{path}: '{where}.train' needs target_val_accuracy in (0, 100] and max_epochs >= 1, "
+                             f"got {train}")
+    min_effect = entry.get("min_effect")
+    if min_effect is not None and not (math.isfinite(min_effect) and min_effect > 0):
+        raise CapsbenchError(f"{path}: '{where}.min_effect' must be a positive difference in the metric's units, "
+                             f"got {min_effect!r}")
     data = entry.get("data", [])
     if not all(isinstance(d, str) and d in DATA_FILES for d in data):
         raise CapsbenchError(f"{path}: '{where}.data' must list data sources among {', '.join(DATA_FILES)}, got {data}")
@@ -151,6 +169,9 @@ def _claim(path: Path, where: str, raw: Any, source: str) -> Claim:
         checks=checks,
         data=tuple(data),
         run=dict(entry.get("run", {})),
+        unsourced=unsourced,
+        min_effect=None if min_effect is None else float(min_effect),
+        train=dict(train),
     )
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from capsbench.data import DATASETS
+from capsbench.util.power import POWER, mcnemar_images, mcnemar_power
 from capsbench.util.stats import ALPHA, paired_p, seed_differences_p, welch_p
 
 ONE_SEED_NEEDS = "seeds=[0,1,2]"
@@ -48,7 +50,49 @@ class Decision:
 
 
 def decide(claim: Any, metric: Any, budget: str, better: Evidence, worse: Evidence, one_seed: bool) -> Decision:
-    """The comparison of `better` with `worse` on `metric` (a suite Metric) under the seed rule (module docstring)."""
+    """The comparison of `better` with `worse` on `metric` (a suite Metric) under the seed rule (module docstring);
+    a comparison left undecided says the power it had and what would decide it."""
+    decision = _decide(claim, metric, budget, better, worse, one_seed)
+    if decision.direction != 0:
+        return decision
+    found = power_note(claim, metric, better, worse)
+    if found is None:
+        return decision
+    said, needs = found
+    return Decision(0, f"{decision.reason}; {said}", decision.p, needs or decision.needs)
+
+
+def power_note(claim: Any, metric: Any, better: Evidence, worse: Evidence) -> tuple[str, str] | None:
+    """(the power the per-seed paired comparison had, what would decide it), for accuracies measured per image:
+    the power of McNemar's test on the images of one seed to find the published gap (else the claim's min_effect) at
+    the discordance measured; None where that does not apply."""
+    if metric.exact or metric.unit != "%" or claim.ratio is not None or not better.images:
+        return None
+    pub = [s.published for s in (claim.better, claim.worse)]
+    gap = abs(pub[0] - pub[1]) / 100 if None not in pub else None
+    effect = gap if gap else (claim.min_effect / 100 if claim.min_effect else None)
+    if not effect:
+        return None
+    seeds = sorted(set(better.outcomes) & set(worse.outcomes))
+    a = np.concatenate([better.outcomes[s] for s in seeds]) if seeds else None
+    b = np.concatenate([worse.outcomes[s] for s in seeds]) if seeds else None
+    if a is None or len(a) != len(b):
+        return None
+    psi = max(float(np.mean(a != b)), effect)
+    n = better.images
+    power = mcnemar_power(n, effect, psi)
+    what = "published gap" if gap else "smallest meaningful difference (min_effect)"
+    said = (f"power {power:.0%} for the {what} of {100 * effect:.3g} points with {n:,} images per seed (discordant "
+            f"{100 * psi:.3g} %)")
+    if power >= POWER:
+        return said + ": a gap of that size would have been found, so the true gap is smaller", "more seeds"
+    needed, test_size = mcnemar_images(effect, psi), DATASETS.get(claim.dataset).test_size
+    if needed > test_size:
+        return said, f"more than the {test_size:,} test images for {POWER:.0%} power: more seeds, or a larger budget"
+    return said, f"about {needed:,} test images per seed for {POWER:.0%} power"
+
+
+def _decide(claim: Any, metric: Any, budget: str, better: Evidence, worse: Evidence, one_seed: bool) -> Decision:
     sign = 1.0 if metric.higher_is_better else -1.0
     if claim.ratio is not None and min(*better.values.values(), *worse.values.values()) <= 0:
         return Decision(0, "a ratio needs positive values", None)

@@ -149,7 +149,8 @@ def describe(e: Evidence | None) -> str:
     if e is None:
         return "–"
     if e.std is not None:
-        return f"{e.mean:.4g} ± {e.std:.2g} (n={len(e.values)} seeds)"
+        images = f", {e.images:,} images each" if e.images else ""
+        return f"{e.mean:.4g} ± {e.std:.2g} ({len(e.values)} seeds{images})"
     text = f"{e.mean:.4g}"
     return (
         text
@@ -170,7 +171,7 @@ def as_rows(judgements: list[Judgement]) -> list[dict[str, Any]]:
     return [
         {
             "claim": j.claim.statement,
-            "source": f"{j.claim.source}, {j.claim.where}",
+            "source": f"{_source_line(j.claim)}, {j.claim.where}",
             "published": " vs ".join(
                 "–" if s.published is None else f"{s.published:g}" for s in (j.claim.better, j.claim.worse)
             ),
@@ -203,9 +204,28 @@ RULE = (
 )
 
 
-def render_markdown(judgements: list[Judgement]) -> str:
-    """The claims table: claim and models, published and measured numbers, the verdict, what it needs next, why."""
+UNSOURCED_HEADING = ("Numbers that circulate without a primary source (judged like any claim, never a paper's "
+                     "result)")
 
+
+def grouped(judgements: list[Judgement]) -> list[tuple[str | None, list[Judgement]]]:
+    """The claims with a primary source, then (under UNSOURCED_HEADING) those without one; empty groups left out."""
+    groups = [(None, [j for j in judgements if j.claim.primary]),
+              (UNSOURCED_HEADING, [j for j in judgements if not j.claim.primary])]
+    return [(heading, js) for heading, js in groups if js]
+
+
+def render_markdown(judgements: list[Judgement]) -> str:
+    """The claims table: claim and models, published and measured numbers, the verdict, what it needs next, why; the
+    claims without a primary source in a table of their own."""
+    out = []
+    for heading, group in grouped(judgements):
+        out += [f"**{heading}**", ""] if heading else []
+        out += [_markdown_table(group), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _markdown_table(judgements: list[Judgement]) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
@@ -220,20 +240,26 @@ def render_markdown(judgements: list[Judgement]) -> str:
             + f" | **{row['verdict']}**{cell(row['cell'].removeprefix(row['verdict']))} | {cell(row['needs'])} | "
             + f"{cell(row['why'])} |"
         )
-    sources = dict.fromkeys(j.claim.source for j in judgements)
-    return "\n".join([*lines, "", *(f"- {s}" for s in sources)]) + "\n"
+    sources = dict.fromkeys(_source_line(j.claim) for j in judgements)
+    return "\n".join([*lines, "", *(f"- {s}" for s in sources)])
+
+
+def _source_line(claim: Claim) -> str:
+    return claim.source + ("" if claim.primary else f": no primary source ({claim.unsourced})")
 
 
 def render_latex(judgements: list[Judgement]) -> str:
     """The claims as a list (long text does not fit a tabular): verdict, claim, numbers, source, reason, next step."""
-    items = [
-        rf"\item \textbf{{{tex(row['verdict'])}}}{tex(row['cell'].removeprefix(row['verdict']))}: "
-        rf"{tex(row['claim'])} ({tex(row['source'])}). {tex(row['models'])}; {tex(row['metric'])}. Published "
-        rf"{tex(row['published'])}; measured {tex(row['measured'])}. {tex(row['why'])}. Needs next: "
-        rf"{tex(row['needs'])}."
-        for row in as_rows(judgements)
-    ]
-    return "\n".join([r"{\small\raggedright", r"\begin{itemize}", *items, r"\end{itemize}", "}"])
+    out = [r"{\small\raggedright"]
+    for heading, group in grouped(judgements):
+        out += [rf"\paragraph{{{tex(heading)}}}"] if heading else []
+        out += [r"\begin{itemize}", *(
+            rf"\item \textbf{{{tex(row['verdict'])}}}{tex(row['cell'].removeprefix(row['verdict']))}: "
+            rf"{tex(row['claim'])} ({tex(row['source'])}). {tex(row['models'])}; {tex(row['metric'])}. Published "
+            rf"{tex(row['published'])}; measured {tex(row['measured'])}. {tex(row['why'])}. Needs next: "
+            rf"{tex(row['needs'])}."
+            for row in as_rows(group)), r"\end{itemize}"]
+    return "\n".join([*out, "}"])
 
 
 def verdict_counts(judgements: list[Judgement]) -> dict[str, int]:

@@ -14,7 +14,7 @@ from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim
 from capsbench.reporting.claims_report import ClaimsRun, write_claims
 from capsbench.reporting.document import Run, Section
 from capsbench.reporting.frame import records_frame
-from capsbench.reporting.verdicts import NO_RECORDS, Judgement, judge, render_markdown, verdict_counts
+from capsbench.reporting.verdicts import NO_RECORDS, PROTOCOL_NOT_MET, Judgement, judge, render_markdown, verdict_counts
 from capsbench.reporting.verdicts import Run as Evidence
 from capsbench.run.driver import SuiteResult, records_jsonl
 from capsbench.run.plan import Finished
@@ -34,6 +34,7 @@ class JudgeClaims:
     Args:
         claims: the chosen claims, in file order.
         units: claim id -> its units; lacking: claim id -> its absent data files (it has no units).
+        unplanned: claim id -> why its protocol cannot be met at the run's budget and what it would cost (no units).
         sections: section key -> the keys of its units.
         one_seed: allow verdicts from one seed; budget, seeds: the run's; command: the command line as typed.
     """
@@ -41,9 +42,10 @@ class JudgeClaims:
     name = CLAIMS_SUITE
 
     def __init__(self, *, claims: list[Claim], units: dict[str, list[UnitSpec]], lacking: dict[str, list[str]],
-                 sections: dict[str, set[str]], one_seed: bool, budget: str, seeds: list[int], output_dir: str,
-                 tracking_uri: str, command: str) -> None:
+                 unplanned: dict[str, str], sections: dict[str, set[str]], one_seed: bool, budget: str,
+                 seeds: list[int], output_dir: str, tracking_uri: str, command: str) -> None:
         self.claims, self.units, self.lacking, self.sections = claims, units, lacking, sections
+        self.unplanned = unplanned
         self.one_seed = one_seed
         self.budget, self.seeds, self.command = budget, seeds, command
         self.root, self.tracking_uri = Path(output_dir) / CLAIMS_SUITE, tracking_uri
@@ -90,6 +92,10 @@ class JudgeClaims:
             return Judgement(claim, NO_RECORDS, "data files absent: " + "; ".join(self.lacking[claim.id]),
                              budget=self.budget, needs="the data files: " + ", ".join(
                                  line.split(":")[0] for line in self.lacking[claim.id]))
+        if claim.id in self.unplanned:
+            why = self.unplanned[claim.id]
+            return Judgement(claim, PROTOCOL_NOT_MET, f"not measured: {why}", budget=self.budget,
+                             needs=why.rpartition("; run ")[2])
         units = self.units[claim.id]
         finished = [done[u.key] for u in units if _finished(done, u)]
         records = [r for result in finished for r in result.records]

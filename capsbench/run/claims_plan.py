@@ -17,16 +17,18 @@ from omegaconf import DictConfig
 
 from capsbench.config.compose import compose
 from capsbench.config.request import Request, nest
+from capsbench.data import DATASETS
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim, Side, claim_ids, load_claims
+from capsbench.run.claims_sizing import Need, claim_need, eps_grid
 from capsbench.run.estimate import Estimate, estimate
 from capsbench.run.plan import Plan, Section, fix_threads, plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitSpec
-from capsbench.suites import CATALOG
+from capsbench.suites import CATALOG, SUITES
 from capsbench.util.registry import close_matches
 
 log = logging.getLogger(__name__)
@@ -36,14 +38,18 @@ DEFAULT_SEEDS = [0, 1, 2]
 TRAINING_KEYS = {"pgd": "adversarial", "affine": "augment"}  # a side's `training` -> model_train.<model>.<key>
 
 
-@dataclass(frozen=True)
+@dataclass
 class ClaimSection:
-    """One suite config serving some claims: its suite, dataset and run settings, each model once."""
+    """One suite config serving some claims: its suite, dataset, budget and run settings, each model once, and what
+    its claims need of it (the most test images any asks for, the eps values they read)."""
 
     suite: str
     dataset: str
+    budget: str
     run: str  # the claims' `run` settings, canonical JSON (compared between claims)
-    models: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # model -> (its args as JSON, training)
+    models: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model -> (args, training, train), as JSON
+    images: int | None = None
+    eps: set[float] = field(default_factory=set)
 
 
 @dataclass
@@ -55,7 +61,9 @@ class ClaimPlan:
     units: dict[str, list[UnitSpec]]  # claim id -> its units (claims whose data are present)
     lacking: dict[str, list[str]]  # claim id -> absent data: the files and where to get them
     downloads: dict[str, list[str]]  # claim id -> data torchvision will download first (data.download=true)
-    long: dict[str, Estimate]  # claim id -> estimate, for claims over an hour on 2 CPU cores
+    needs: dict[str, Need]  # claim id -> what it asks of its section
+    unplanned: dict[str, str]  # claim id -> why its protocol cannot be met at this budget, and what it would cost
+    estimates: dict[str, Estimate]  # claim id -> its units still to run, on 2 CPU cores
     total: Estimate  # every unit still to run
     one_seed: bool
 
@@ -88,14 +96,11 @@ def plan_claims(request: Request, command: str = "") -> ClaimPlan:
     base = compose(common, require_suite=False)  # the settings every section shares
     fix_threads(base)
     runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download))
-    found, placed = _sections(runnable, base)
-    sections, counter = [], defaultdict(int)
-    for claim_section in found:
-        cfg = _compose(claim_section, common, params)
-        fix_threads(cfg)  # fixed per unit, as every `capsbench run` does
-        counter[(cfg.suite, cfg.dataset)] += 1
-        key = f"{cfg.suite}-{cfg.dataset}-{counter[(cfg.suite, cfg.dataset)]}"
-        sections.append(Section(key, cfg, plan(cfg), f"{CLAIMS_SUITE}/{key}"))
+    needs = {c.id: claim_need(c, DATASETS.get(c.dataset).test_size) for c in runnable}
+    unplanned = {c.id: needs[c.id].budget for c in runnable if _budget_unmet(c, needs[c.id], base.budget)}
+    planned = [c for c in runnable if c.id not in unplanned]
+    found, placed = _sections(planned, needs, base)
+    sections = _suite_sections(found, common, params)
     used = {k for s in found for k in _own_params(s.suite, params)}
     unused = sorted(set(params) - used)
     if unused:
@@ -103,42 +108,75 @@ def plan_claims(request: Request, command: str = "") -> ClaimPlan:
     units = {
         c.id: list({u.key: u for name in ("better", "worse") for u in sections[placed[(c.id, name)]].units
                     if u.model == getattr(c, name).model}.values())
-        for c in runnable
+        for c in planned
     }
-    long, everything = _estimates(runnable, units, base)
-    claim_plan = ClaimPlan(Plan(base, sections), claims, units, lacking, downloads, long, everything,
-                           bool(own.get("one_seed_verdicts")))
+    estimates, everything = _estimates(planned, units, base)
+    unplanned = {cid: _unmet_words(next(c for c in runnable if c.id == cid), budget, common, params, base)
+                 for cid, budget in unplanned.items()}
+    claim_plan = ClaimPlan(Plan(base, sections), claims, units, lacking, downloads, needs, unplanned, estimates,
+                           everything, bool(own.get("one_seed_verdicts")))
     claim_plan.plan.notes = _notes(claim_plan)
     from capsbench.run.claims_finish import JudgeClaims  # lazy: the driver's modules (torch), once input is good
 
     claim_plan.plan.finish = JudgeClaims(
-        claims=claims, units=units, lacking=lacking, sections={s.key: {u.key for u in s.units} for s in sections},
-        one_seed=claim_plan.one_seed, budget=base.budget, seeds=list(base.seeds), output_dir=base.output_dir,
-        tracking_uri=base.tracking.uri, command=command)
+        claims=claims, units=units, lacking=lacking, unplanned=unplanned,
+        sections={s.key: {u.key for u in s.units} for s in sections}, one_seed=claim_plan.one_seed,
+        budget=base.budget, seeds=list(base.seeds), output_dir=base.output_dir, tracking_uri=base.tracking.uri,
+        command=command)
     return claim_plan
 
 
+def _budget_unmet(claim: Claim, need: Need, budget: str) -> bool:
+    """Whether the claim's protocol assumes another budget than the run's, for a suite that trains (a suite that trains
+    nothing, such as efficiency, is measured at the budget the claim assumes: it costs minutes)."""
+    return need.budget is not None and need.budget != budget and SUITES.get(claim.suite).needs_training
+
+
+def _unmet_words(claim: Claim, budget: str, common: Request, params: dict[str, Any], base: DictConfig) -> str:
+    """Why a claim is not planned at this budget, with what its units would cost at the budget it assumes."""
+    need = claim_need(claim, DATASETS.get(claim.dataset).test_size)
+    found, placed = _sections([claim], {claim.id: need}, base, budget)
+    sections = _suite_sections(found, common, params)
+    units = [u for s in sections for u in s.units]
+    cost = _estimate(units)
+    device = "" if str(base.device).startswith("cuda") else " device=cuda"
+    return (f"its protocol assumes budget={budget} ({cost.words()} on 2 CPU cores"
+            + (f": {cost.why}" if cost.why else "") + f"); run capsbench run suite=claims budget={budget}{device} "
+            f"claims=[{claim.id}]")
+
+
+def _suite_sections(found: list[ClaimSection], common: Request, params: dict[str, Any]) -> list[Section]:
+    """The driver's sections of the claim sections: composed, threads fixed, planned, keyed by suite and dataset."""
+    sections, counter = [], defaultdict(int)
+    for claim_section in found:
+        cfg = _compose(claim_section, common, params)
+        fix_threads(cfg)  # fixed per unit, as every `capsbench run` does
+        counter[(cfg.suite, cfg.dataset)] += 1
+        key = f"{cfg.suite}-{cfg.dataset}-{counter[(cfg.suite, cfg.dataset)]}"
+        sections.append(Section(key, cfg, plan(cfg), f"{CLAIMS_SUITE}/{key}"))
+    return sections
+
+
 def _notes(p: ClaimPlan) -> list[tuple[int, str]]:
-    """Said before anything runs: what is planned, which claims lack data (the files, where to get them), what is
-    long, and how to leave it out."""
+    """Said before anything runs: each planned claim's units, test images, training and estimated time, the total, and
+    the claims not planned (absent data, a budget this run does not have)."""
     cfg = p.plan.cfg
     units = {u.key for s in p.plan.sections for u in s.units}
     notes = [(logging.INFO, f"suite=claims at budget={cfg.budget}, seeds {list(cfg.seeds)}: {len(p.units)} of "
                             f"{len(p.claims)} claims planned, {len(units)} units in {len(p.plan.sections)} sections")]
+    for cid, claim_units in p.units.items():
+        need = p.needs[cid]
+        images = f"{need.images:,} test images ({need.images_why})" if need.images else "the budget's test images"
+        train = (f"trained to {need.train['target_val_accuracy']:g} % validation accuracy (at most "
+                 f"{need.train.get('max_epochs', 'the budget')} epochs)" if need.train else "the budget's training")
+        notes.append((logging.INFO, f"claim {cid}: {len(claim_units)} units, {images}, {train}; "
+                                    f"{p.estimates[cid].words()} still to run"))
+    notes.append((logging.INFO, f"estimated time of the units still to run: {p.total.words()} on 2 CPU cores"
+                                + (f" ({p.total.why})" if p.total.why else "")))
     notes += [(logging.WARNING, f"claim {cid} is not planned, its data files are absent: {'; '.join(lines)}")
               for cid, lines in p.lacking.items()]
+    notes += [(logging.WARNING, f"claim {cid} is not planned: {why}") for cid, why in p.unplanned.items()]
     notes += [(logging.WARNING, f"claim {cid}: {'; '.join(lines)}") for cid, lines in p.downloads.items()]
-    for cid, found in p.long.items():
-        hours = "many hours" if found.minutes == float("inf") else f"about {found.minutes / 60:.1f} h"
-        notes.append((logging.WARNING, f"claim {cid}: its units would take {hours} on 2 CPU cores"
-                                       + (f" ({found.why})" if found.why else "")))
-    if p.total.minutes is not None and p.total.minutes != float("inf"):
-        notes.append((logging.INFO, f"estimated time of the units still to run: about {p.total.minutes / 60:.1f} h "
-                                    "on 2 CPU cores"))
-    if p.long:
-        short = [c.id for c in p.claims if c.id in p.units and c.id not in p.long]
-        notes.append((logging.WARNING, f"to leave the long claims out: capsbench run suite=claims "
-                                       f"budget={cfg.budget} claims=[{','.join(short)}]"))
     return notes
 
 
@@ -165,13 +203,17 @@ def _by_data(
 def _estimates(
     claims: list[Claim], units: dict[str, list[UnitSpec]], base: DictConfig
 ) -> tuple[dict[str, Estimate], Estimate]:
-    """The claims whose units still to run would take over an hour on 2 CPU cores, and the estimate for all units."""
-    from capsbench.run.execute import training_group  # lazy: imports torch, once the input is known to be good
-
+    """Each claim's units still to run (a unit shared by two claims counts in both), and every unit still to run."""
     store = UnitStore(base.output_dir)
     todo = {u.key: u for us in units.values() for u in us if base.remeasure or store.load(u) is None}
-    found = {c.id: estimate([u for u in units[c.id] if u.key in todo], training_group) for c in claims}
-    return {cid: e for cid, e in found.items() if e.over_an_hour}, estimate(list(todo.values()), training_group)
+    found = {c.id: _estimate([u for u in units[c.id] if u.key in todo]) for c in claims}
+    return found, _estimate(list(todo.values()))
+
+
+def _estimate(units: list[UnitSpec]) -> Estimate:
+    from capsbench.run.execute import training_group  # lazy: imports torch, once the input is known to be good
+
+    return estimate(units, training_group)
 
 
 def _chosen(own: dict[str, Any], ids: list[str]) -> set[str] | None:
@@ -199,30 +241,37 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=list)
 
 
-def _side_needs(side: Side, base: DictConfig) -> tuple[str, str | None]:
+def _side_needs(side: Side, need: Need, base: DictConfig) -> tuple[str, ...]:
     """The side's constructor arguments that differ from what the budget builds (so a side asking for a default, such
-    as routing_iterations=3, keeps the ordinary unit's key), as canonical JSON, and its training."""
+    as routing_iterations=3, keeps the ordinary unit's key), its training protocol and its claim's training target, as
+    comparable text."""
     built = {**MODELS.get(side.model).arguments(), **(base.model_args.get(side.model) or {})}
     args = {k: v for k, v in side.model_args.items() if k not in built or logged_text(built[k]) != logged_text(v)}
-    return _canonical(args), side.training
+    return _canonical(args), side.training or "", _canonical(need.train)
 
 
-def _sections(claims: list[Claim], base: DictConfig) -> tuple[list[ClaimSection], dict[tuple[str, str], int]]:
-    """The fewest suite configs holding every side (per suite, dataset and run settings, a model in each at most once),
-    and where each (claim id, side) landed."""
+def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig, budget: str | None = None
+              ) -> tuple[list[ClaimSection], dict[tuple[str, str], int]]:
+    """The fewest suite configs holding every side (per suite, dataset, budget and run settings, a model in each at
+    most once), and where each (claim id, side) landed. `budget`: the budget of every section (default: the run's,
+    or the one a claim on a suite that trains nothing assumes)."""
     sections: list[ClaimSection] = []
     placed: dict[tuple[str, str], int] = {}
     for claim in claims:
-        run = _canonical(claim.run)
+        need = needs[claim.id]
+        run, at = _canonical(claim.run), budget or need.budget or base.budget
         for name in ("better", "worse"):
             side: Side = getattr(claim, name)
-            need = _side_needs(side, base)
-            home = next((i for i, s in enumerate(sections) if (s.suite, s.dataset, s.run) ==
-                         (claim.suite, claim.dataset, run) and s.models.get(side.model, need) == need), None)
+            wants = _side_needs(side, need, base)
+            home = next((i for i, s in enumerate(sections) if (s.suite, s.dataset, s.budget, s.run) ==
+                         (claim.suite, claim.dataset, at, run) and s.models.get(side.model, wants) == wants), None)
             if home is None:
-                sections.append(ClaimSection(claim.suite, claim.dataset, run))
+                sections.append(ClaimSection(claim.suite, claim.dataset, at, run))
                 home = len(sections) - 1
-            sections[home].models[side.model] = need
+            section = sections[home]
+            section.models[side.model] = wants
+            section.images = max(section.images or 0, need.images or 0) or None
+            section.eps |= set(need.eps)
             placed[(claim.id, name)] = home
     return sections, placed
 
@@ -234,13 +283,27 @@ def _own_params(suite: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _compose(section: ClaimSection, common: Request, params: dict[str, Any]) -> DictConfig:
-    """The section's config: the common settings, its own, and the params.* settings its suite has."""
+    """The section's config: the common settings, its own (budget, test images, eps values, each model's arguments and
+    training), and the params.* settings its suite has."""
     run = json.loads(section.run)
-    layer: dict[str, Any] = {"suite": section.suite, "dataset": section.dataset, "models": list(section.models),
-                             "params": _own_params(section.suite, params)}
+    layer: dict[str, Any] = {"suite": section.suite, "dataset": section.dataset, "budget": section.budget,
+                             "models": list(section.models), "params": _own_params(section.suite, params)}
+    if section.images:  # the whole test set is test_subset=null, as an ordinary run writes it
+        whole = section.images >= DATASETS.get(section.dataset).test_size
+        layer["data"] = {"test_subset": None if whole else section.images}
     layer = Request(layer).merged(nest(run, {k: str(v) for k, v in run.items()})).line
-    for model, (args, training) in section.models.items():
+    for model, (args, training, train) in section.models.items():
         layer.setdefault("model_args", {})[model] = json.loads(args)
-        for part in training.split("+") if training else ():
-            layer.setdefault("model_train", {}).setdefault(model, {})[TRAINING_KEYS[part]] = part
+        trains = {TRAINING_KEYS[part]: part for part in training.split("+") if training}
+        target = json.loads(train)
+        if target:
+            trains["target_val_accuracy"] = target["target_val_accuracy"]
+            trains |= {"epochs": target["max_epochs"]} if "max_epochs" in target else {}
+        if trains:
+            layer.setdefault("model_train", {})[model] = trains
+    cfg = compose(common.merged(layer))
+    if section.suite != "robustness" or not section.eps or "eps" in layer["params"]:
+        return cfg
+    grid = eps_grid(list(cfg.params.eps[section.dataset]), section.eps, cfg.params.blackbox_eps.get(section.dataset))
+    layer["params"] = {**layer["params"], "eps": {section.dataset: grid}}
     return compose(common.merged(layer))
