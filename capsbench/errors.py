@@ -1,8 +1,8 @@
 """User-facing errors: what was wrong, what was expected, how to fix it, and the exit status each ends with.
 
-Exit statuses of `capsbench` (README, "Exit statuses"): 0 every planned unit finished; 2 bad input or environment,
-refused before anything was written; 3 the run started and a unit failed (or a fault stopped it); 130 / 143 SIGINT /
-SIGTERM, every open MLflow run ended KILLED.
+Exit statuses of `capsbench` (docs/outputs.md): 0 every planned unit finished; 2 bad input or environment, refused
+before anything was written; 3 the run started and a unit failed (or a fault stopped it); 130 / 143 SIGINT / SIGTERM,
+every open MLflow run ended KILLED.
 """
 
 from __future__ import annotations

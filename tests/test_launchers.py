@@ -191,7 +191,7 @@ def test_ray_grid_equals_local_despite_a_killed_worker_and_reports_a_failing_uni
     killer.start()
     stdout, stderr = driver.communicate(timeout=900)
     killer.join()
-    assert driver.returncode == 3, stderr[-3000:]  # a unit failed (exit statuses: README)
+    assert driver.returncode == 3, stderr[-3000:]  # a unit failed (exit statuses: docs/outputs.md)
     assert len(killed) == 1  # a worker died mid-unit; Ray ran its unit again, so nothing else is missing
     assert rows(out, "accuracy") == rows(local_grid, "accuracy")
     assert rows(out, "robustness") == rows(local_grid, "robustness", without=("cnn_sabour", 1))

@@ -38,7 +38,7 @@ from capsbench.util.progress import Progress
 from capsbench.util.signals import shielded
 
 log = logging.getLogger(__name__)
-RECORDS_SCHEMA_VERSION = 1  # of records.jsonl; README documents the fields
+RECORDS_SCHEMA_VERSION = 1  # of records.jsonl; docs/outputs.md documents the fields
 
 
 @dataclass
@@ -269,7 +269,7 @@ def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, par
 
 
 def records_jsonl(records: list[dict[str, Any]]) -> str:
-    """records.jsonl's text: one record a line, with the schema version (README documents the fields)."""
+    """records.jsonl's text: one record a line, with the schema version (docs/outputs.md documents the fields)."""
     return "".join(json.dumps({"schema_version": RECORDS_SCHEMA_VERSION, **r}, default=str) + "\n" for r in records)
 
 
