@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import report_fixtures as fixtures
 from conftest import REPO, make_splits
