@@ -154,9 +154,8 @@ def _plan(request: Any, overrides: list[str] | None) -> Any:
     one section per suite, or the sections the claims need and the step that judges them."""
     from capsbench.config.compose import compose_suites, settle_device  # lazy: torch-free
     from capsbench.config.preflight import check_before_work  # lazy, as above
-    from capsbench.run.claims_plan import is_claims  # lazy, as above
 
-    if is_claims(request):
+    if _is_claims(request):
         from capsbench.run.claims_plan import plan_claims  # imports the suites (torch): only for suite=claims
 
         plan = plan_claims(request, "capsbench run " + " ".join(overrides or [])).plan
@@ -174,6 +173,15 @@ def _plan(request: Any, overrides: list[str] | None) -> Any:
     from capsbench.run.plan import suite_plan  # with torch, now that the input is known to be good
 
     return suite_plan(cfgs)
+
+
+def _is_claims(request: Any) -> bool:
+    """Whether the request is suite=claims (alone); naming it in a list of suites is an error."""
+    suite = request.get("suite")
+    names = [str(n) for n in suite] if isinstance(suite, list) else [str(suite)]
+    if "claims" in names and len(names) > 1:
+        raise CapsbenchError("suite=claims runs alone: it plans the suites each claim needs; run others separately")
+    return names == ["claims"]
 
 
 def _print_run(plan: Any, result: Any, quiet: bool, fmt: str) -> None:

@@ -68,15 +68,6 @@ class ClaimPlan:
     one_seed: bool
 
 
-def is_claims(request: Request) -> bool:
-    """Whether the request is suite=claims (alone); naming it in a list of suites is an error."""
-    suite = request.get("suite")
-    names = [str(n) for n in suite] if isinstance(suite, list) else [str(suite)]
-    if "claims" in names and len(names) > 1:
-        raise CapsbenchError("suite=claims runs alone: it plans the suites each claim needs; run others separately")
-    return names == [CLAIMS_SUITE]
-
-
 def plan_claims(request: Request, command: str = "") -> ClaimPlan:
     """The plan of `capsbench run suite=claims [claims=[id,...]] [seeds=...] [budget=...] ...`; bad input fails before
     torch is imported. `command`: the command line as typed, for the claims table."""
