@@ -135,7 +135,7 @@ def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text")
     if result.missing:
         from capsbench.run.driver import failure_line  # loaded already by run_plan
 
-        typer.echo(f"error: {len(result.missing)} unit(s) failed (their sections' MLflow runs are marked FAILED):",
+        typer.echo(f"error: {len(result.missing)} unit(s) failed (each suite's MLflow run is marked FAILED):",
                    err=True)
         for unit in result.missing:
             typer.echo(f"  {failure_line(unit)}", err=True)

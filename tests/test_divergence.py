@@ -46,13 +46,13 @@ def test_a_diverging_unit_fails_exit_3_and_caches_nothing(tmp_path, monkeypatch)
 
     def diverging(name, **kwargs):
         model = real(name, **kwargs)
-        model.loss = NanAfter(model.loss, step=5)
+        model.loss = NanAfter(model.loss, step=3)
         return model
 
     monkeypatch.setattr("capsbench.train.trained.create_model", diverging)
     result = CliRunner().invoke(app, ["run", *SMOKE, f"output_dir={tmp_path}", "model_args.capsnet.conv_channels=8"])
     assert result.exit_code == 3, result.output
-    assert "Diverged: diverged at epoch 1, step 5: loss nan" in result.output
+    assert "Diverged: diverged at epoch 1, step 3: loss nan" in result.output
     assert not list((tmp_path / "checkpoints").glob("*.ckpt"))  # neither a finished nor a resumable one
 
 
