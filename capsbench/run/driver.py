@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,9 +124,12 @@ def run_plan(plan: Plan) -> RunResult:
         tracker.finish_parent(top, finished.metrics, [p for p in finished.paths.values() if p.is_file()],
                               failed=f"{len(missing)} unit(s) failed" if missing else None)
         return RunResult(results, finished, top)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capsbench.util.signals)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (capsbench.util.signals)
+        traceback.clear_frames(exc.__traceback__)  # a write the signal cut short holds the SQLite store through them
         with shielded():
-            tracker.end_open("KILLED")
+            ended = tracker.end_open("KILLED")
+        if ended:
+            exc.add_note(ended)  # the command's one line says what became of the MLflow runs
         raise
     except Exception as exc:
         started = started or bool(tracker.open_parents)
