@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
-from capsbench.tracking.store import check_store
+from capsbench.tracking.store import check_store, folders_from_paths, mlflow_client
 from capsbench.util.stats import decode_outcomes
 
 REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
@@ -54,10 +54,8 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
 
     Killed invocations, and failed ones that tabulated nothing, are skipped; a failed unit never contributes.
     """
-    from mlflow.tracking import MlflowClient
-
     check_store(uri)
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise CapsbenchError(
@@ -127,6 +125,7 @@ def read_records(uri: str, run_id: str, sha256: str | None = None) -> pd.DataFra
     import mlflow
     from mlflow.exceptions import MlflowException
 
+    folders_from_paths()
     with _quiet_downloads(), tempfile.TemporaryDirectory() as tmp:
         try:
             path = Path(mlflow.artifacts.download_artifacts(
@@ -167,9 +166,8 @@ def download_checkpoint(uri: str, run_id: str, dst: str | Path) -> Path:
     checkpoint another run logged first names that run in its `checkpoint.run` tag). Load it with torch.load and
     build the model from its meta: create_model(run's model, **payload["meta"]["identity"]["model_args"])."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
-    tags = MlflowClient(uri).get_run(run_id).data.tags
+    tags = mlflow_client(uri).get_run(run_id).data.tags
     holder = tags.get("checkpoint.run")
     if holder is None:
         raise CapsbenchError(f"run {run_id} has no checkpoint in {uri} (its suite trains nothing, or it was trained "
