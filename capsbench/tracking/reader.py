@@ -22,6 +22,7 @@ from capsbench.util.stats import decode_outcomes
 
 REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
 UNTAGGED = "commit "  # the code of a run logged without a code.hash tag: its git commit stands in
+MODEL_CODE = "code.model."  # + alias: the tag of an external model's source hash (written by the driver)
 
 
 class UnreadableRecords(Exception):
@@ -42,6 +43,7 @@ class Invocation:
     code: str = "unknown"  # hash of the package's code (tag code.hash), or UNTAGGED + its git commit without one
     commit: str = "unknown"  # git commit, "+dirty" when the tree had uncommitted changes
     records_sha256: str | None = None  # of its records.csv artifact, when the run recorded it
+    model_code: dict[str, str] = field(default_factory=dict)  # external model -> hash of its source (code.model.*)
 
     @property
     def dataset(self) -> str:
@@ -98,6 +100,7 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
                 code=tags.get("code.hash", f"{UNTAGGED}{commit}"),
                 commit=commit,
                 records_sha256=tags.get("records.sha256"),
+                model_code={k.removeprefix(MODEL_CODE): v for k, v in tags.items() if k.startswith(MODEL_CODE)},
             )
         )
     return out
