@@ -9,12 +9,14 @@ import sys
 if "torch" not in sys.modules:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from capsbench.models import create_model, list_models  # noqa: E402
 from capsbench.util.lazy import lazy_attributes  # noqa: E402
 from capsbench.util.version import __version__  # noqa: E402
 
-# the notebook API, imported (with torch, pandas and MLflow) on first use, so that the CLI starts without them
+# imported on first use: the notebook API with torch, pandas and MLflow, so that the CLI starts without them; the
+# model registry too, so that the console script's signal handlers come before anything but these lines
 __getattr__ = lazy_attributes(__name__, {"evaluate": "capsbench.run.evaluate:evaluate",
-                                         "Evaluation": "capsbench.run.evaluate:Evaluation"})
+                                         "Evaluation": "capsbench.run.evaluate:Evaluation",
+                                         "create_model": "capsbench.models:create_model",
+                                         "list_models": "capsbench.models:list_models"})
 
 __all__ = ["Evaluation", "__version__", "create_model", "evaluate", "list_models"]

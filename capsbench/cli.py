@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from typing import Annotated, Any, Optional
 
@@ -15,7 +16,7 @@ import typer
 
 from capsbench.errors import EXIT_RUN_FAILED, CapsbenchError
 from capsbench.util.registry import close_matches
-from capsbench.util.signals import Terminated, exit_status, sigterm_as_interrupt
+from capsbench.util.signals import exit_status, ignore_signals, received, signals_raise
 from capsbench.util.uris import ui_command
 from capsbench.util.version import __version__
 
@@ -58,10 +59,18 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+class _Told:
+    """Whether this process printed its line about a signal (main() prints one where a command did not)."""
+
+    signal = False
+
+
 def _interrupted(exc: KeyboardInterrupt, then: str) -> None:
-    """One line for Ctrl-C or SIGTERM, and exit 130 or 143."""
-    what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-    _fail(f"{what}: {then}", exit_status(exc))
+    """One line for Ctrl-C or SIGTERM, and exit 130 or 143. The clean-up's own account of what it did (notes the
+    driver adds to the exception: the MLflow runs it marked KILLED, or could not) comes first."""
+    _Told.signal = True
+    _fail(f"{_signal_name(exit_status(exc) - 128)}: " + "; ".join([*getattr(exc, "__notes__", []), then]),
+          exit_status(exc))
 
 
 def _check_format(fmt: str) -> None:
@@ -116,7 +125,7 @@ def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text")
     """`capsbench run`: parse, compose, check, plan, launch and tabulate the named suites (suite=claims: what the
     claims need, then their verdicts), all through the one driver."""
     _check_format(fmt)
-    with sigterm_as_interrupt():
+    with signals_raise():
         try:
             plan = _plan(_request(overrides), overrides)
             from capsbench.run.driver import run_plan  # heavy: only once the input is known to be good
@@ -128,9 +137,8 @@ def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text")
         except CapsbenchError as exc:
             _fail(str(exc), exc.exit_status)
         except KeyboardInterrupt as exc:
-            _interrupted(exc, "every finished unit and checkpoint is kept, every open MLflow run is marked KILLED, "
-                              "and training resumes from its last epoch; run the same command again to measure only "
-                              "what is missing")
+            _interrupted(exc, "every finished unit and checkpoint is kept and training resumes from its last epoch: "
+                              "run the same command again to measure only what is missing")
     _print_run(plan, result, quiet, fmt)
     if result.missing:
         from capsbench.run.driver import failure_line  # loaded already by run_plan
@@ -259,7 +267,7 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
     from capsbench.config.preflight import check_before_work  # lazy, as above
 
     _check_format(fmt)
-    with sigterm_as_interrupt():
+    with signals_raise():
         try:
             request = _request(overrides)
             model, seed = request.get("model"), request.get("seed", 0)
@@ -541,8 +549,28 @@ def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
 
 
 def main() -> None:
-    """The console script's entry point."""
-    app()
+    """The console script's entry point: a SIGINT or SIGTERM that no command reported (one held while the modules
+    imported, one during parsing, or in a command that writes nothing half-way) ends with one line, 130 or 143."""
+    try:
+        with signals_raise():
+            app()
+    except KeyboardInterrupt as exc:  # a signal held while the modules imported, raised before the command started
+        _Told.signal = True
+        typer.echo(f"error: {_signal_name(exit_status(exc) - 128)}: before the command started; nothing was written",
+                   err=True)
+        raise SystemExit(exit_status(exc)) from None
+    except SystemExit as done:
+        signum = received()
+        if signum is None or _Told.signal:
+            raise
+        typer.echo(f"error: {_signal_name(signum)}: stopped before it finished; run the same command again", err=True)
+        raise SystemExit(128 + signum) from done
+    finally:
+        ignore_signals()  # the outcome is settled; a signal now would only cut the process's exit short
+
+
+def _signal_name(signum: int) -> str:
+    return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
 
 
 if __name__ == "__main__":

@@ -123,6 +123,14 @@ def test_unreachable_tracking_server_stops_in_seconds(tmp_path, mnist_root):
     assert f"tracking.uri={uri} cannot be reached" in line and "tracking.enabled=false" in line
 
 
+def test_an_unreachable_tracking_server_is_refused_by_report_without_a_key_it_does_not_take(tmp_path):
+    uri = f"http://127.0.0.1:{closed_port()}"
+    result = CliRunner().invoke(app, ["report", f"tracking.uri={uri}", f"output_dir={tmp_path / 'o'}"])
+    assert result.exit_code == 2 and result.output.startswith(f"error: tracking.uri={uri} cannot be reached (")
+    assert result.output.rstrip().endswith("; start the tracking server or fix tracking.uri=")  # no tracking.enabled
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.fixture
 def not_mlflow():
     """A local HTTP server that answers every request with 404, as a port held by something else does."""

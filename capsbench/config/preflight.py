@@ -95,6 +95,11 @@ def check_tracking(uri: str, *, reading: bool = False) -> None:
     if db is not None:
         if not reading:
             check_writable(str(db.parent), "the MLflow store's folder", "choose another tracking.uri= or output_dir=")
+            for path in (db, db.with_name(db.name + ".lock")):
+                if path.exists() and not os.access(path, os.W_OK):
+                    raise CapsbenchError(f"the MLflow store's file {path} is read-only, so no run could be logged: "
+                                         "make it writable, choose another tracking.uri= or output_dir=, or set "
+                                         "tracking.enabled=false to run without MLflow")
         return
     address = remote_address(uri)
     if address is None:
@@ -103,8 +108,9 @@ def check_tracking(uri: str, *, reading: bool = False) -> None:
     if problem is None and urlsplit(uri).scheme in ("http", "https"):
         problem = mlflow_health(uri)
     if problem is not None:
-        raise CapsbenchError(f"tracking.uri={uri} cannot be reached ({problem}); start the tracking server, fix "
-                             "tracking.uri=, or set tracking.enabled=false to run without MLflow")
+        off = "" if reading else ", or set tracking.enabled=false to run without MLflow"  # report has no such key
+        raise CapsbenchError(f"tracking.uri={uri} cannot be reached ({problem}); start the tracking server or fix "
+                             f"tracking.uri={off}")
 
 
 def mlflow_health(uri: str, timeout: float = TIMEOUT_S) -> str | None:

@@ -5,6 +5,7 @@ Inside the package settings travel as this structure; variants are built by merg
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from yaml import YAMLError
 
 from capsbench.errors import CapsbenchError
 
+COMMENT = re.compile(r"\s#")  # where YAML would start a comment
 EXAMPLE = "config=my_run.yaml holding `register: {mycaps: mypkg.caps:MyCaps}`"
 
 
@@ -124,13 +126,16 @@ def read_user_config(value: str | None) -> tuple[dict[str, Any], str]:
 
 
 def _value(key: str, text: str) -> Any:
-    """A command-line value parsed as YAML (lists [a,b], numbers, null, true/false; anything else a string)."""
+    """A command-line value parsed as YAML (lists [a,b], numbers, null, true/false; anything else a string). Plain text
+    stays whole: YAML would cut it at ' #' (a comment) or read ': ' as a mapping, as in a path like '/data/runs #2'."""
     try:
-        return OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
+        value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
     except YAMLError as exc:
         problem = str(exc).splitlines()[0]
         raise CapsbenchError(
             f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)") from None
+    plain = not text.lstrip().startswith(("[", "{", "'", '"'))
+    return text if plain and (COMMENT.search(text) or isinstance(value, dict)) else value
 
 
 def _merged(base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from capsbench.errors import CapsbenchError
 from capsbench.layers.capsules import capsule_logits, margin_loss, reconstruction_loss
 from capsbench.layers.straight_through import straight_through
 from capsbench.models.base import Classifier, ModelOutput, NotApplicable, multi_hot_loss
+from capsbench.models.failures import user_code
 
 DECLARATION = "capsbench_outputs"
 OUTPUTS = ("logits", "lengths", "poses", "pre_squash", "reconstructions")
@@ -92,6 +93,11 @@ def model_output(parts: dict[str, torch.Tensor]) -> ModelOutput:
                        reconstructions=parts.get("reconstructions"), pre_squash=parts.get("pre_squash"))
 
 
+def code_module(model: nn.Module) -> str:
+    """The module of the code that defines `model`: an external model's own, not this adapter's."""
+    return type(model.module if isinstance(model, ExternalModel) else model).__module__
+
+
 class ExternalModel(Classifier):
     """An external nn.Module seen as a Classifier: its output read into a ModelOutput, its hooks offered to the attacks.
     It trains (when capsbench trains it) with margin loss (+ 0.0005 x sum-squared reconstruction error when it
@@ -114,7 +120,8 @@ class ExternalModel(Classifier):
         return bool(self._capsule)
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> ModelOutput:
-        raw = self.module(x, labels=labels) if self._takes_labels and labels is not None else self.module(x)
+        with user_code():
+            raw = self.module(x, labels=labels) if self._takes_labels and labels is not None else self.module(x)
         if isinstance(raw, ModelOutput):
             self._capsule = raw.poses is not None or raw.pre_squash is not None
             return raw
@@ -139,7 +146,8 @@ class ExternalModel(Classifier):
                 f"{self.name} exposes no vote_logits(x) hook (the votes averaged with uniform coupling, Gu et al. "
                 "2021), so the Vote attack cannot run on it and its worst case is not adaptive"
             )
-        return hook(x)
+        with user_code():
+            return hook(x)
 
     def missing_adaptive_hooks(self, sample: torch.Tensor) -> str | None:
         if self(sample).pre_squash is not None or reaches_straight_through(self, sample):

@@ -21,7 +21,7 @@ from typing import Any
 
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS
-from capsbench.models.failures import where_failed
+from capsbench.models.failures import user_code, where_failed
 from capsbench.util.hashing import source_identity
 from capsbench.util.lazy import split_target
 
@@ -89,7 +89,8 @@ class ExternalSpec:
             return type(self.instance)
         module, name = split_target(self.target)
         try:
-            loaded = importlib.import_module(module)
+            with user_code():
+                loaded = importlib.import_module(module)
         except Exception as exc:  # the user's module ran and raised, with any exception: report where, in one line
             raise CapsbenchError(
                 f"model {self.alias!r}: {module} failed to import: {where_failed(exc, module)}"
@@ -113,8 +114,9 @@ class ExternalSpec:
         passed = {k: v for k, v in kwargs.items() if k in sig.names or sig.var_keyword
                   and (k not in DIMENSIONS or k == "num_classes")}
         try:
-            model = obj(**passed)
-        except Exception as exc:  # the user's constructor raised: report where, in one line
+            with user_code():
+                model = obj(**passed)
+        except Exception as exc:  # the user's constructor raised (or exited): report where, in one line
             raise CapsbenchError(
                 f"model {self.alias!r}: {self.target}(...) raised {where_failed(exc, self.target.partition(':')[0])}"
             ) from None
@@ -201,7 +203,8 @@ def external_spec(name: str) -> ExternalSpec | None:
 def _module_source(module: str, where: str) -> tuple[Path, ast.Module]:
     """The file and parsed source of `module`, found without running it (its parent packages are imported)."""
     try:
-        found = importlib.util.find_spec(module)
+        with user_code():
+            found = importlib.util.find_spec(module)
     except ModuleNotFoundError:
         found = None
     except Exception as exc:  # a parent package's own code ran and raised: report where, in one line

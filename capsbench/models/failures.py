@@ -1,26 +1,76 @@
-"""Where a user's model code failed, in one line: the exception and the file and line in the user's own package that
-raised it (or led to it), so that an import or constructor error of an external model names what to fix."""
+"""Where a user's model code failed, in one line: the exception and the file and line in the user's own code that
+raised it (or led to it); and the boundary around calls into that code, where a SystemExit or a KeyboardInterrupt it
+raises becomes its error instead of ending the run silently or passing for Ctrl-C."""
 
 from __future__ import annotations
 
 import importlib.util
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from capsbench.util.signals import by_signal
+
 MAX_MESSAGE = 200  # characters of the exception's first line
+CAPSBENCH_DIR = Path(__file__).resolve().parents[1]
+
+
+class CodeExit(RuntimeError):
+    """A SystemExit, or a KeyboardInterrupt that no signal raised, from a model's code: that code's error. It carries
+    the traceback that led to it."""
+
+
+@contextmanager
+def user_code() -> Iterator[None]:
+    """Around a call into a user's model code (import, constructor, forward pass, hooks): SystemExit, and a
+    KeyboardInterrupt that no signal raised, become CodeExit (an Exception, so the caller reports it as an error)."""
+    try:
+        yield
+    except SystemExit as exc:
+        raise CodeExit(f"SystemExit({exc.code!r}): a model's code must raise an exception, not exit the process"
+                       ).with_traceback(exc.__traceback__) from None
+    except KeyboardInterrupt as exc:
+        if by_signal(exc):
+            raise
+        raise CodeExit("KeyboardInterrupt, with no signal: a model's code must raise an exception, not interrupt "
+                       "the process").with_traceback(exc.__traceback__) from None
+
+
+def describe(exc: BaseException) -> str:
+    """The exception's type and the first line of its message."""
+    message = (str(exc).strip().splitlines() or [""])[0][:MAX_MESSAGE]
+    if isinstance(exc, CodeExit):
+        return message
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def where_failed(exc: BaseException, module: str | None = None) -> str:
     """'ModuleNotFoundError: No module named 'foo' (at /src/mypkg/caps.py line 3)': the exception's first line and the
-    deepest frame of the traceback inside `module`'s top-level package (else the deepest frame that is a file)."""
-    message = (str(exc).strip().splitlines() or [""])[0][:MAX_MESSAGE]
-    head = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    innermost frame of the traceback inside `module`'s top-level package, else the innermost outside capsbench (else
+    the innermost that is a file)."""
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{type(exc).__name__} at {exc.filename} line {exc.lineno}: {exc.msg}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
-    own = [f for f in frames if _inside(Path(f.filename), _package_places(module))]
-    frame = (own or frames or [None])[-1]
-    return head if frame is None else f"{head} (at {frame.filename} line {frame.lineno})"
+    frames = _frames(exc)
+    outside = [f for f in frames if not _inside(Path(f.filename), [CAPSBENCH_DIR])]
+    frame = (_own(frames, module) or outside or frames or [None])[-1]
+    return describe(exc) if frame is None else f"{describe(exc)} (at {frame.filename} line {frame.lineno})"
+
+
+def user_frame(exc: BaseException, module: str) -> str | None:
+    """' (at FILE line N)' for the innermost frame of the traceback inside `module`'s top-level package; None when the
+    traceback never reaches that package (the exception did not come from its code)."""
+    own = _own(_frames(exc), module)
+    return f" (at {own[-1].filename} line {own[-1].lineno})" if own else None
+
+
+def _frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    return [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+
+
+def _own(frames: list[traceback.FrameSummary], module: str | None) -> list[traceback.FrameSummary]:
+    places = _package_places(module)
+    return [f for f in frames if _inside(Path(f.filename), places)]
 
 
 def _package_places(module: str | None) -> list[Path]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from capsbench.models.adapter import ExternalModel
 # What torch.load(weights_only=True) raises on files it refuses or cannot read (as capsbench.train.checkpoints).
 UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, OSError)
 SHOWN = 5  # keys listed per kind in an error
+MAX_REASON = 200  # characters of a reader's own words quoted in an error
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch's messages embolden words with terminal escapes
+REFUSED = re.compile(r"WeightsUnpickler error:\s*(.+)")  # why torch.load(weights_only=True) refused the file
 
 
 def read_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
@@ -32,10 +36,15 @@ def read_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
                 warnings.filterwarnings("ignore", message="Detected pickle protocol")
                 state = torch.load(path, map_location="cpu", weights_only=True)
     except (*UNREADABLE, SafetensorError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        text = ANSI.sub("", str(exc)).strip()
+        refused = REFUSED.search(text)
+        reason = _sentence(refused.group(1) if refused else (text.splitlines() or [type(exc).__name__])[0])
+        if "Unsupported global" in reason:  # a pickled object: weights_only=True refuses to run its code
+            reason = (f"it holds Python objects, not only tensors, and capsbench loads weights with weights_only=True "
+                      f"so that a file cannot run code: {reason}")
         raise CapsbenchError(
-            f"{where}: cannot read {path} as weights ({first}); save a state dict: "
-            "torch.save(model.state_dict(), 'w.pt') or safetensors.torch.save_file(model.state_dict(), 'w.safetensors')"
+            f"{where}: cannot read {path} as weights ({reason}); save a state dict: torch.save(model.state_dict(), "
+            "'w.pt') or safetensors.torch.save_file(model.state_dict(), 'w.safetensors')"
         ) from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
@@ -67,7 +76,25 @@ def load_weights(model: nn.Module, path: Path, where: str, name: str) -> None:
             f"{where} does not fit model {name!r}: {'; '.join(problems)}; save the state dict of the same class "
             f"built with the same arguments (model_args.{name}.*)"
         )
+    kinds = [f"{k} is {_dtype(state[k])} where the model's is {_dtype(expected[k])}"
+             for k in expected if _kind(state[k]) != _kind(expected[k])]
+    if kinds:
+        raise CapsbenchError(
+            f"{where} does not fit model {name!r}: tensor {_listed(kinds)} (loading would cast it silently); save the "
+            "weights in the dtypes the model trained with: torch.save(model.state_dict(), 'w.pt')"
+        )
     target.load_state_dict(state, strict=True)
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _kind(tensor: torch.Tensor) -> str:
+    """floating, complex, bool or integer: a tensor loads into a parameter or buffer of its own kind only."""
+    if tensor.dtype.is_floating_point:
+        return "floating"
+    return "complex" if tensor.dtype.is_complex else "bool" if tensor.dtype == torch.bool else "integer"
 
 
 def state_sha256(module: nn.Module) -> str:
@@ -78,6 +105,12 @@ def state_sha256(module: nn.Module) -> str:
         digest.update(f"{key}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
         digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return digest.hexdigest()
+
+
+def _sentence(text: str) -> str:
+    """The first sentence of a library's message, whole (or cut at a word, marked)."""
+    first = text.split(". ")[0].strip().rstrip(".")
+    return first if len(first) <= MAX_REASON else first[:MAX_REASON].rsplit(" ", 1)[0] + " ..."
 
 
 def _listed(keys: list[str]) -> str:

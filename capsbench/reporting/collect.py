@@ -43,7 +43,7 @@ class Selection:
     dataset: str | None = None
     budget: str | None = None
     version: str | None = None
-    code: str | None = None  # a prefix of the code hash (tag code.hash) the runs were measured with
+    code: str | None = None  # a prefix of the code hash of capsbench (tag code.hash) or of an external model's source
     since: datetime | None = None
     until: datetime | None = None
 
@@ -70,7 +70,7 @@ def select(invocations: list[Invocation], sel: Selection) -> list[Invocation]:
         and (sel.dataset is None or inv.dataset == sel.dataset)
         and (sel.budget is None or inv.budget == sel.budget)
         and (sel.version is None or inv.version == sel.version)
-        and (sel.code is None or inv.code.startswith(sel.code))
+        and (sel.code is None or any(c.startswith(sel.code) for c in (inv.code, *inv.model_code.values())))
         and (sel.since is None or inv.start >= sel.since)
         and (sel.until is None or inv.start <= sel.until)
         and (sel.models is None or bool(set(sel.models) & set(inv.model_args)))
@@ -111,6 +111,7 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             f"suite {invocations[0].suite!r} has runs measured by {len(codes)} versions of the code: {named}; their "
             f"numbers are never mixed in one table: {pick}narrow the dates with since=/until={')' if pick else ''}"
         )
+    _check_model_code(invocations, models)
     first = invocations[0]
     for inv in invocations[1:]:
         a, b = protocol_params(first), protocol_params(inv)
@@ -125,6 +126,31 @@ def check_comparable(invocations: list[Invocation], models: tuple[str, ...] | No
             same = next(i for i in invocations if model in i.model_args and training(i, model) == training(inv, model))
             a, b = _training_params(same, model), _training_params(inv, model)
             _refuse(same, inv, sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+
+
+def _check_model_code(invocations: list[Invocation], models: tuple[str, ...] | None) -> None:
+    """Refuse to combine runs that measured an external model with different versions of its source (tags
+    code.model.<alias>), naming the versions; code=<hash> picks one."""
+    tagged = sorted({m for inv in invocations for m in inv.model_code} & set(models or _every_model(invocations)))
+    for model in tagged:
+        measured = [inv for inv in invocations if model in inv.model_code or model in inv.model_args]  # oldest first
+        versions = {inv.model_code.get(model, "untagged"): inv for inv in measured}  # each with its latest run
+        if len(versions) < 2:
+            continue
+        named = "; ".join(f"{code[:12]} (latest run {inv.start:%Y-%m-%d %H:%M})" for code, inv in versions.items())
+        latest = measured[-1].model_code.get(model, "untagged")
+        target = measured[-1].params.get(f"register.{model}")
+        pick = f"choose one with code={latest[:12]} (or " if latest != "untagged" else ""
+        which = f"model {model!r}" + (f" ({target})" if target else "")
+        raise CapsbenchError(
+            f"suite {invocations[0].suite!r}: {which} was measured with {len(versions)} versions of its source: "
+            f"{named}; their numbers are never mixed in one table: {pick}narrow the dates with since=/until=, or "
+            f"leave it out with models=[...]{')' if pick else ''}"
+        )
+
+
+def _every_model(invocations: list[Invocation]) -> set[str]:
+    return {m for inv in invocations for m in (*inv.model_args, *inv.model_code)}
 
 
 def _code_label(code: str) -> str:

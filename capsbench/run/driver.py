@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
 from capsbench.reporting.outputs import SuiteOutput, write_suite
-from capsbench.run.external import weights_notes
+from capsbench.run.external import code_tags, weights_notes
 from capsbench.run.launchers import make_launcher
 from capsbench.run.model_trial import try_external_models
 from capsbench.run.plan import Finished, Plan, Section, suite_plan
@@ -104,12 +105,13 @@ def run_plan(plan: Plan) -> RunResult:
         if plan.finish is not None:
             top = tracker.start_parent(f"{plan.finish.name}-{cfg.budget}",
                                        {**flatten(to_dict(cfg)), **plan.finish.params},
-                                       {**environment_tags(cfg.device), **code, "suite": plan.finish.name,
-                                        "budget": cfg.budget}, to_yaml(cfg))
+                                       {**environment_tags(cfg.device), **code, **code_tags(units),
+                                        "suite": plan.finish.name, "budget": cfg.budget}, to_yaml(cfg))
         routes = Routes(plan.sections)
         for section in plan.sections:
             c = section.cfg
-            routes.tags[section.key] = {**environment_tags(c.device), **code, "suite": c.suite, "budget": c.budget,
+            routes.tags[section.key] = {**environment_tags(c.device), **code, **code_tags(section.units),
+                                        "suite": c.suite, "budget": c.budget,
                                         **({"section": section.key} if top else {})}
             routes.parents[section.key] = tracker.start_parent(
                 f"{section.key}-{c.budget}", flatten(to_dict(c)), routes.tags[section.key], to_yaml(c), parent=top)
@@ -123,9 +125,12 @@ def run_plan(plan: Plan) -> RunResult:
         tracker.finish_parent(top, finished.metrics, [p for p in finished.paths.values() if p.is_file()],
                               failed=f"{len(missing)} unit(s) failed" if missing else None)
         return RunResult(results, finished, top)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capsbench.util.signals)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (capsbench.util.signals)
+        traceback.clear_frames(exc.__traceback__)  # a write the signal cut short holds the SQLite store through them
         with shielded():
-            tracker.end_open("KILLED")
+            ended = tracker.end_open("KILLED")
+        if ended:
+            exc.add_note(ended)  # the command's one line says what became of the MLflow runs
         raise
     except Exception as exc:
         started = started or bool(tracker.open_parents)

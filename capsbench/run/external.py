@@ -20,6 +20,7 @@ from capsbench.util.hashing import file_sha256
 log = logging.getLogger(__name__)
 EXTERNAL = "external"  # the `training` column of a model measured with weights trained elsewhere
 WEIGHTS_COLUMN = "weights_sha256"  # the record column holding the SHA-256 of those weights
+CODE_TAG = "code.model."  # + alias: the run tag of an external model's source hash (read by capsbench report)
 
 
 def external_settings(cfg: DictConfig, model: str) -> dict[str, Any]:
@@ -74,6 +75,12 @@ def ensure_registered(model: str, config: dict[str, Any]) -> None:
             f"model {model!r}: {info['target']} in this process differs from the driver's; install the same code "
             "on every worker"
         )
+
+
+def code_tags(units: list[Any]) -> dict[str, str]:
+    """The source hash of every external model among the units (UnitSpecs), as run tags code.model.<alias>: the code
+    identity of a model from outside the package, which `capsbench report` never mixes, as capsbench's own."""
+    return {f"{CODE_TAG}{u.model}": u.config["external"]["source"] for u in units if "external" in u.config}
 
 
 def weights_notes(records: list[dict[str, Any]]) -> list[str]:

@@ -12,9 +12,9 @@ from torch.nn import functional as F
 
 from capsbench.errors import CapsbenchError
 from capsbench.models import Classifier
-from capsbench.models.adapter import reaches_straight_through
+from capsbench.models.adapter import code_module, reaches_straight_through
 from capsbench.models.base import NotApplicable
-from capsbench.models.failures import where_failed
+from capsbench.models.failures import user_code, where_failed
 
 RANGE_GAP = 0.2  # accuracy another input scaling must beat [0, 1] pixels by for the range check to fail
 SCALINGS = ("standardised (x - mean) / std", "0..255")
@@ -35,12 +35,13 @@ def forward(model: Classifier, images: torch.Tensor, name: str):
     """The model's output in eval mode without gradients; a failing forward pass is one CapsbenchError."""
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), user_code():
             return model(images)
     except CapsbenchError:
         raise
     except Exception as exc:  # the user's forward pass raised, with any exception: report where, in one line
-        raise CapsbenchError(f"model {name!r}: its forward pass raised {where_failed(exc, type(model).__module__)}")
+        where = where_failed(exc, code_module(model))
+        raise CapsbenchError(f"model {name!r}: its forward pass raised {where}") from None
 
 
 def output_findings(model: Classifier, images: torch.Tensor, num_classes: int, name: str) -> list[Finding]:

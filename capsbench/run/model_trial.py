@@ -5,6 +5,11 @@ imported, built, loaded strictly and given one real batch (a bad module, weights
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +35,10 @@ from capsbench.suites import SUITES
 from capsbench.train.external import external_model
 from capsbench.train.trained import external_weights, model_config
 
+log = logging.getLogger(__name__)
 TRIAL_IMAGES = 16  # test images each external model sees before a run
 CHECK_IMAGES = 256  # test images `capsbench check-model` uses (the input-range check compares accuracies on them)
+WAIT_NOTE_S = 10.0  # while a model's code keeps its check waiting, a line this often says so (a hang is never silent)
 
 
 def try_external_models(units: list[UnitSpec]) -> None:
@@ -46,12 +53,35 @@ def try_external_models(units: list[UnitSpec]) -> None:
         if key in seen:
             continue
         seen.add(key)
+        log.info("checking model %r on %d %s test images before any work (import, build, one forward pass)",
+                 unit.model, TRIAL_IMAGES, unit.dataset)
         ensure_registered(unit.model, unit.config)
         cfg = unit.run_config()
-        model, images, _ = _built(cfg, unit, TRIAL_IMAGES)
-        for finding in output_findings(model, images, load_data(cfg.dataset, cfg.data).spec.num_classes, unit.model):
+        load_data(cfg.dataset, cfg.data)  # (kept for the lines below) outside the watch: what it waits for is the model
+        with _watched(f"checking model {unit.model!r} (its import, constructor or forward pass on {TRIAL_IMAGES} "
+                      "images has not returned)"):
+            model, images, _ = _built(cfg, unit, TRIAL_IMAGES)
+            findings = output_findings(model, images, load_data(cfg.dataset, cfg.data).spec.num_classes, unit.model)
+        for finding in findings:
             if finding.ok is False:
                 raise CapsbenchError(f"model {unit.model!r} on {cfg.dataset}: {finding.text}")
+
+
+@contextmanager
+def _watched(what: str) -> Iterator[None]:
+    """While the block runs, a warning every WAIT_NOTE_S seconds saying that it is still `what` (from a thread: the
+    block may be stuck in a model's code)."""
+    done, start = threading.Event(), time.monotonic()
+
+    def note() -> None:
+        while not done.wait(WAIT_NOTE_S):
+            log.warning("still %s after %.0f s; Ctrl-C stops", what, time.monotonic() - start)
+
+    threading.Thread(target=note, name="capsbench-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 @dataclass

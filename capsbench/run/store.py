@@ -7,10 +7,13 @@ aside to <name>.corrupt-<UTC time> and its unit measured again: a result is used
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import math
+import types
+import typing
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -51,13 +54,54 @@ def decode(text: str) -> UnitResult:
         raise UnreadableUnit(f"not a unit file of format {FORMAT}")
     if _digest(_canonical(data["result"])) != data.get("sha256"):
         raise UnreadableUnit("its content does not match its sha256: it was changed after it was written")
-    try:
-        result = UnitResult.from_dict(data["result"])
-    except (TypeError, KeyError) as exc:
-        raise UnreadableUnit(f"not a unit result ({type(exc).__name__}: {exc})") from None
+    check_fields(data["result"], UnitResult)
+    result = UnitResult.from_dict(data["result"])
     for i, record in enumerate(result.records):
         check_record(record, i)
     return result
+
+
+def check_fields(data: Any, cls: type, where: str = "") -> None:
+    """`data` holds every field of dataclass `cls` without a default, no other field, and each of the type `cls`
+    declares (a nested dataclass field as a mapping of its own fields): the schema is the dataclass itself."""
+    if not isinstance(data, dict):
+        raise UnreadableUnit(f"{where.rstrip('.') or 'its result'} is a {type(data).__name__}, not a mapping")
+    hints, fields = typing.get_type_hints(cls), dataclasses.fields(cls)
+    for f in fields:
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise UnreadableUnit(f"it lacks the field {where}{f.name}")
+            continue
+        if dataclasses.is_dataclass(hints[f.name]):
+            check_fields(data[f.name], hints[f.name], f"{where}{f.name}.")
+        elif not _conforms(data[f.name], hints[f.name]):
+            expected = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
+            raise UnreadableUnit(f"its field {where}{f.name} is {_a(type(data[f.name]).__name__)}, not {expected}")
+    unknown = sorted(set(data) - {f.name for f in fields})
+    if unknown:
+        raise UnreadableUnit(f"it has unknown field(s) {', '.join(where + k for k in unknown)}")
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether a JSON value is of a declared type: str, bool, int, float (ints too), None, Any, X | Y, list[X] and
+    dict[K, V] (a bool is no number)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_conforms(k, args[0]) and _conforms(v, args[1])
+                                               for k, v in value.items())
+    if hint in (int, float):
+        return isinstance(value, (int, float) if hint is float else int) and not isinstance(value, bool)
+    return isinstance(value, type(None) if hint is None or hint is type(None) else hint)
 
 
 def check_record(record: Any, index: int) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from capsbench.errors import is_no_space
+from capsbench.models.failures import describe, user_frame
 from capsbench.util.hashing import package_hash
 from capsbench.util.version import __version__
 
@@ -116,9 +117,11 @@ def rerun_may_help(exc: BaseException) -> bool:
 
 
 def failed(spec: UnitSpec, exc: BaseException) -> UnitResult:
-    """The result of a unit that raised: no records, the exception's type and message (first line) as the error."""
-    message = (str(exc).strip().splitlines() or [""])[0]
-    return UnitResult(key=spec.key, spec=spec, status="failed", error=f"{type(exc).__name__}: {message}",
+    """The result of a unit that raised: no records, the exception's type and message (first line) as the error, and
+    the file and line in an external model's own code when the exception came from there."""
+    module = (spec.config.get("external") or {}).get("target", "").partition(":")[0]
+    where = user_frame(exc, module) if module else None
+    return UnitResult(key=spec.key, spec=spec, status="failed", error=describe(exc) + (where or ""),
                       rerun_helps=rerun_may_help(exc))
 
 

@@ -17,11 +17,12 @@ from typing import Any
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
-from capsbench.tracking.store import check_store
+from capsbench.tracking.store import check_store, folders_from_paths, mlflow_client
 from capsbench.util.stats import decode_outcomes
 
 REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
 UNTAGGED = "commit "  # the code of a run logged without a code.hash tag: its git commit stands in
+MODEL_CODE = "code.model."  # + alias: the tag of an external model's source hash (written by the driver)
 
 
 class UnreadableRecords(Exception):
@@ -42,6 +43,7 @@ class Invocation:
     code: str = "unknown"  # hash of the package's code (tag code.hash), or UNTAGGED + its git commit without one
     commit: str = "unknown"  # git commit, "+dirty" when the tree had uncommitted changes
     records_sha256: str | None = None  # of its records.csv artifact, when the run recorded it
+    model_code: dict[str, str] = field(default_factory=dict)  # external model -> hash of its source (code.model.*)
 
     @property
     def dataset(self) -> str:
@@ -54,10 +56,8 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
 
     Killed invocations, and failed ones that tabulated nothing, are skipped; a failed unit never contributes.
     """
-    from mlflow.tracking import MlflowClient
-
     check_store(uri)
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise CapsbenchError(
@@ -100,6 +100,7 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
                 code=tags.get("code.hash", f"{UNTAGGED}{commit}"),
                 commit=commit,
                 records_sha256=tags.get("records.sha256"),
+                model_code={k.removeprefix(MODEL_CODE): v for k, v in tags.items() if k.startswith(MODEL_CODE)},
             )
         )
     return out
@@ -127,6 +128,7 @@ def read_records(uri: str, run_id: str, sha256: str | None = None) -> pd.DataFra
     import mlflow
     from mlflow.exceptions import MlflowException
 
+    folders_from_paths()
     with _quiet_downloads(), tempfile.TemporaryDirectory() as tmp:
         try:
             path = Path(mlflow.artifacts.download_artifacts(
@@ -167,9 +169,8 @@ def download_checkpoint(uri: str, run_id: str, dst: str | Path) -> Path:
     checkpoint another run logged first names that run in its `checkpoint.run` tag). Load it with torch.load and
     build the model from its meta: create_model(run's model, **payload["meta"]["identity"]["model_args"])."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
-    tags = MlflowClient(uri).get_run(run_id).data.tags
+    tags = mlflow_client(uri).get_run(run_id).data.tags
     holder = tags.get("checkpoint.run")
     if holder is None:
         raise CapsbenchError(f"run {run_id} has no checkpoint in {uri} (its suite trains nothing, or it was trained "

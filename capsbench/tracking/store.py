@@ -4,14 +4,17 @@ a half-built one left by an older capsbench moved aside and rebuilt, the experim
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 from capsbench.tracking.environment import process_alive
@@ -20,6 +23,31 @@ from capsbench.util.uris import sqlite_path, sqlite_uri
 log = logging.getLogger(__name__)
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # the UI's "machine learning" experiment type
+LOCK_WAIT_S = 5.0  # how long ending runs retries a SQLite store another connection holds locked
+
+
+def mlflow_client(uri: str) -> Any:
+    """An MlflowClient for `uri` (after folders_from_paths)."""
+    folders_from_paths()
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def folders_from_paths() -> None:
+    """MLflow creates a SQLite store's folder from the URI's text (MLflow 3, mlflow.store.db.utils), so a folder whose
+    name holds '?' or '%' (percent-encoded in the URI) got an empty twin named with the encoded text: it now creates the
+    folder the URI names. Call before MLflow first opens a store."""
+    import mlflow.store.db.utils as db_utils
+
+    if hasattr(db_utils, "_make_parent_dirs_if_sqlite"):  # absent from MLflow versions that create no folder
+        db_utils._make_parent_dirs_if_sqlite = _make_parent_dirs
+
+
+def _make_parent_dirs(db_uri: str) -> None:
+    db = sqlite_path(db_uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
 
 
 @contextmanager
@@ -49,13 +77,11 @@ def store_lock(uri: str) -> Iterator[None]:
 
 def open_experiment(uri: str, experiment: str, artifact_root: Path) -> str:
     """The experiment's id, creating the store and the experiment (artifacts beside the outputs) when missing."""
-    from mlflow.tracking import MlflowClient
-
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     with store_lock(uri):  # one process creates and migrates a new store and the experiment; others wait
         ensure_store(uri, artifact_root)
-        client = MlflowClient(uri)
+        client = mlflow_client(uri)
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(
             experiment, artifact_location=artifact_root.resolve().as_uri())
@@ -67,9 +93,7 @@ def open_experiment(uri: str, experiment: str, artifact_root: Path) -> str:
 def recover_stale_runs(uri: str, experiment_id: str, host: str) -> list[str]:
     """Runs of this host still RUNNING whose writing process is gone (SIGKILL, power loss): marked KILLED. Runs of
     other hosts cannot be checked from here and are left alone. Returns the ids marked."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     stale = []
     for run in client.search_runs(
         [experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.host = '{host}'"
@@ -84,6 +108,53 @@ def recover_stale_runs(uri: str, experiment_id: str, host: str) -> list[str]:
     if stale:
         log.info("marked %d run(s) left RUNNING by a killed process as KILLED: %s", len(stale), ", ".join(stale))
     return stale
+
+
+def end_runs(uri: str, run_ids: list[str], status: str, error: str | None = None) -> tuple[list[str], str]:
+    """End runs with `status` at the present time (the error as their `error` tag): the ids left open and why. Quiet and
+    bounded, for the clean-up after a fault or a signal: a SQLite store is written directly, retried for LOCK_WAIT_S
+    while another connection holds it (MLflow's own writes wait 20 s each and log every failure with a traceback);
+    other stores through the MLflow client. The caller lets go of the frames of a write that the fault cut short
+    (traceback.clear_frames): its connection holds the store locked until then."""
+    db = sqlite_path(uri)
+    if db is None:
+        return _end_with_client(uri, run_ids, status, error)
+    now, deadline, collected = int(time.time() * 1000), time.monotonic() + LOCK_WAIT_S, False
+    while True:
+        try:
+            with closing(sqlite3.connect(db, timeout=0.5, isolation_level=None)) as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                for run_id in run_ids:
+                    conn.execute("UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ? AND status = 'RUNNING'",
+                                 (status, now, run_id))
+                    if error:
+                        conn.execute("INSERT OR REPLACE INTO tags (key, value, run_uuid) VALUES ('error', ?, ?)",
+                                     (error[:5000], run_id))
+                conn.execute("COMMIT")
+            return [], ""
+        except sqlite3.OperationalError as exc:
+            locked = "locked" in str(exc) or "busy" in str(exc)
+            if not locked or time.monotonic() > deadline:
+                return run_ids, f"the store {db} stayed locked" if locked else str(exc)
+            if not collected:  # a write cut short may hold its connection, and the lock, in a garbage cycle
+                gc.collect()
+                collected = True
+            time.sleep(0.2)
+        except sqlite3.DatabaseError as exc:
+            return run_ids, str(exc)
+
+
+def _end_with_client(uri: str, run_ids: list[str], status: str, error: str | None) -> tuple[list[str], str]:
+    client, left, why = mlflow_client(uri), [], ""
+    for run_id in run_ids:
+        try:
+            if error:
+                client.set_tag(run_id, "error", error[:5000])
+            client.set_terminated(run_id, status=status)
+        except Exception as exc:  # noqa: BLE001 -- whatever a server answers while runs end must not replace the fault
+            left.append(run_id)
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return left, why
 
 
 def check_store(uri: str) -> None:
@@ -108,10 +179,8 @@ def ensure_store(uri: str, artifact_root: Path) -> None:
     if db is None:
         return
     if db.exists() and db.stat().st_size > 0:
-        from mlflow.tracking import MlflowClient
-
         try:
-            MlflowClient(uri).search_experiments(max_results=1)
+            mlflow_client(uri).search_experiments(max_results=1)
             return
         except (MlflowException, SQLAlchemyError) as exc:
             if is_no_space(exc):
@@ -157,6 +226,7 @@ def _build(db: Path, artifact_root: Path) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     tmp = db.with_name(f".{db.name}.{secrets.token_hex(6)}.building")
+    folders_from_paths()
     try:
         SqlAlchemyStore(sqlite_uri(tmp), artifact_root.resolve().as_uri())
         _forget_engine(sqlite_uri(tmp))

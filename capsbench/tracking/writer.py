@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 from capsbench.tracking.environment import process_tags
 from capsbench.tracking.metrics import CURVES, Metric, curve_metrics, metric_key, record_metrics
-from capsbench.tracking.store import open_experiment, recover_stale_runs
+from capsbench.tracking.store import end_runs, mlflow_client, open_experiment, recover_stale_runs
 from capsbench.util.uris import sqlite_path
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,6 @@ class Tracker:
         if not self.enabled or self._client is not None:
             return
         from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
 
         try:
             self._experiment_id = open_experiment(self.uri, self.experiment, self.artifact_root)
@@ -84,7 +83,7 @@ class Tracker:
             raise CapsbenchError(f"tracking.uri={self.uri}: the store refused to open experiment "
                                  f"{self.experiment!r} ({str(exc)[:300]}); fix tracking.uri= or set "
                                  "tracking.enabled=false") from None
-        self._client = MlflowClient(self.uri)
+        self._client = mlflow_client(self.uri)
         with self._writes():
             recover_stale_runs(self.uri, self._experiment_id, process_tags()["host"])
 
@@ -181,24 +180,24 @@ class Tracker:
             self._client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=now)
         self.open_parents.remove(run_id)
 
-    def end_open(self, status: str, error: str | None = None) -> None:
+    def end_open(self, status: str, error: str | None = None) -> str | None:
         """End every run still open, nested ones first: KILLED on Ctrl-C or SIGTERM, FAILED (with the error as a tag)
-        on an exception."""
-        from mlflow.exceptions import MlflowException
-        from sqlalchemy.exc import SQLAlchemyError
-
-        if self._client is None:
-            return
-        for run_id in [*self.open_units, *self.open_parents]:
-            try:
-                if error:
-                    self._client.set_tag(run_id, "error", error[:5000])
-                self._client.set_terminated(run_id, status=status)
-            except (MlflowException, SQLAlchemyError, OSError) as exc:  # e.g. the disk that stopped the run is full
-                log.warning("could not mark run %s %s (%s); the next run in this store marks it KILLED", run_id,
-                            status, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        on an exception; quietly and within seconds (capsbench.tracking.store.end_runs). What it did, in words (None
+        with tracking off): a store that stayed locked leaves its runs to the next run in it, and the words say so."""
+        if not self.enabled:
+            return None
+        runs = [*self.open_units, *self.open_parents]
         self.open_units.clear()
         self.open_parents.clear()
+        if not runs:
+            return "no MLflow run was open"
+        left, why = end_runs(self.uri, runs, status, error)
+        if not left:
+            return f"{len(runs)} open MLflow run(s) marked {status}"
+        log.log(logging.DEBUG if status == "KILLED" else logging.WARNING, "could not mark runs %s %s: %s",
+                ", ".join(left), status, why)  # after a signal, the one line the command ends with says it
+        return (f"{len(left)} of {len(runs)} open MLflow run(s) could not be marked {status} now ({why}); the next "
+                "run in this store marks them KILLED")
 
     def _log_checkpoint(self, run_id: str, params: dict[str, Any]) -> None:
         """The unit's checkpoint as an artifact, once per experiment: a run whose checkpoint another run already holds

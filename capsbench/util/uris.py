@@ -5,19 +5,17 @@ parse back to the same path with SQLAlchemy's make_url (what MLflow opens them w
 from __future__ import annotations
 
 import shlex
-import string
 from pathlib import Path
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 SQLITE = "sqlite:///"
-# SQLAlchemy's URL parser reads '?' as the start of a query and decodes %XX in the database path; everything else
-# printable stands as it is (MLflow creates the store's folder from the URI text, so nothing more is encoded).
-_SAFE = "".join(c for c in string.punctuation + " " if c not in "%?")
 
 
 def sqlite_uri(path: str | Path) -> str:
-    """sqlite:///<absolute path> for the SQLite file at `path`, '%' and '?' percent-encoded (urllib.parse.quote)."""
-    return SQLITE + quote(str(Path(path).expanduser().resolve()), safe=_SAFE)
+    """sqlite:///<absolute path> for the SQLite file at `path`. Only '%' and '?' are percent-encoded: SQLAlchemy's URL
+    parser reads '?' as the start of a query and decodes %XX in the database path; every other character (spaces, '#',
+    letters beyond ASCII) stands as it is, so that the URI reads as the path."""
+    return SQLITE + str(Path(path).expanduser().resolve()).replace("%", "%25").replace("?", "%3F")
 
 
 def sqlite_path(uri: str) -> Path | None:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 
 from capsbench.errors import CapsbenchError
+from capsbench.models.failures import user_code
 from capsbench.run import execute as execution  # execution.execute, looked up per call (tests replace it)
 from capsbench.run.execute import Sink
 from capsbench.run.units import UnitResult, UnitSpec, failed
@@ -17,9 +18,11 @@ class LocalLauncher:
     def run(self, units: list[UnitSpec], on_event: Sink) -> Iterator[UnitResult]:
         for unit in units:
             try:
-                yield execution.execute(unit, on_event)
+                with user_code():  # a model's sys.exit() fails its unit; it never ends the run
+                    result = execution.execute(unit, on_event)
             except CapsbenchError:  # bad input or environment (a full disk): every unit would fail the same way
                 raise
             except Exception as exc:  # noqa: BLE001 -- one unit's crash is recorded; the other units still run
                 log.exception("unit %s failed", unit.name)
-                yield failed(unit, exc)
+                result = failed(unit, exc)
+            yield result
