@@ -199,3 +199,25 @@ def test_capsbench_train_fine_tunes_outside_weights_under_a_key_of_their_own(tmp
     for name, tensor in tuned.model.module.state_dict().items():  # lr 1e-12: still the weights it started from
         assert torch.allclose(tensor, start[name], atol=1e-6), name
     assert not torch.allclose(scratch.model.module.conv.weight, start["conv.weight"], atol=1e-3)
+
+
+def test_weights_of_the_wrong_shape_are_refused_before_any_data_is_read(tmp_path, monkeypatch, mnist_root):
+    import time
+
+    from typer.testing import CliRunner
+
+    from capsbench.cli import app
+    from capsbench.run import model_trial
+
+    def no_data(*args):
+        raise AssertionError("the data were read before the weights were checked")
+
+    monkeypatch.setattr(model_trial, "load_data", no_data)
+    state = create_model("cnn_9x9", in_channels=1, image_size=28, num_classes=10, channels=[8, 8, 4]).state_dict()
+    torch.save(state, tmp_path / "w.pt")  # the budget builds cnn_9x9 with channels [16, 16, 8]
+    start = time.monotonic()
+    result = CliRunner().invoke(app, ["run", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]",
+                                      f"data.root={mnist_root}", f"weights.cnn_9x9={tmp_path / 'w.pt'}"])
+    assert result.exit_code == 2, result.output
+    assert "does not fit model 'cnn_9x9'" in result.output and "wrong shapes" in result.output
+    assert time.monotonic() - start < 30 and not (tmp_path / "accuracy").exists()
