@@ -2,7 +2,8 @@
 
 `--help`, `--version`, `list` and `show-config` never import torch: heavy modules load inside the commands that
 need them, after the input and the machine are checked. Exit statuses (capsbench.errors): 0 every unit finished,
-2 bad input (nothing written), 3 a unit failed or a fault stopped the run, 130 / 143 SIGINT / SIGTERM."""
+2 bad input (nothing written), 3 a unit failed or a fault stopped the run (`report`: a suite was skipped, the others
+reported), 130 / 143 SIGINT / SIGTERM."""
 
 from __future__ import annotations
 
@@ -210,6 +211,7 @@ def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
         "budget": cfg.budget,
         "records": len(result.records),
         "files": {name: str(path) for name, path in result.paths.items()},
+        "latest": None if result.latest is None else str(result.latest),
         "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri},
         "missing": [{"unit": r.spec.name, "error": r.error} for r in result.missing],
     }
@@ -220,7 +222,8 @@ def _where(cfg: Any, result: Any) -> str:
     if "table.md" in result.paths:
         out = result.paths["table.md"].parent
         figures = sorted(p.name for p in result.paths.values() if p.suffix in (".png", ".pdf"))
-        lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}"]
+        lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}",
+                 f"  latest run's copy: {result.latest}/"]
         if figures or (out / "figures").is_dir():
             lines.append(
                 f"  figures: {out}/"
@@ -295,10 +298,14 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
         "capsbench report",
         "capsbench report suite=accuracy budget=quick",
         "capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00",
+        "capsbench report latest=true claims=true",
         "capsbench report --format json",
     )
-    + "\n\nKeys: suite, models, dataset, budget, version, code, since, until, output_dir, tracking.uri, baselines_dir, "
-    "one_seed_verdicts, latex.eps. Runs of different budgets, capsbench versions or code are never mixed."
+    + "\n\nKeys: suite, models, dataset, budget, version, code, since, until, latest, claims, output_dir, "
+    "tracking.uri, baselines_dir, one_seed_verdicts, latex.eps. Runs of different budgets, capsbench versions, code "
+    "or settings are never mixed: such a suite is skipped with its reason, the others are reported, and the exit "
+    "status is 3 (latest=true takes each suite's newest run and the older ones measured alike). claims=true adds "
+    "the claims table."
 )
 def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench report`: tables, figures and claims across the tracked runs."""
@@ -319,14 +326,18 @@ def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "tex
         _fail(str(exc))
     if fmt == "json":
         typer.echo(json.dumps(_report_json(result), indent=1))
-        return
-    for section in result.sections:
-        typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
-    if result.claims:
-        from capsbench.reporting.verdicts import render_markdown  # loaded already by build_report
+    else:
+        for section in result.sections:
+            typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
+        if result.claims:
+            from capsbench.reporting.verdicts import render_markdown  # loaded already by build_report
 
-        typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
-    typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
+            typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
+        typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}\nlatest report's copy: {result.latest}/")
+    for why in result.skipped.values():
+        typer.echo(f"skipped: {why}", err=True)
+    if result.skipped:
+        raise typer.Exit(EXIT_RUN_FAILED)
 
 
 def _arguments(spec: Any) -> dict[str, Any]:
@@ -351,6 +362,8 @@ def _report_json(result: Any) -> dict[str, Any]:
             for s in result.sections
         ],
         "claims": [{"id": j.claim.id, "verdict": j.verdict, "statement": j.claim.statement} for j in result.claims],
+        "skipped": result.skipped,
+        "latest": str(result.latest),
     }
 
 

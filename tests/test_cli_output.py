@@ -49,9 +49,10 @@ def test_run_and_train_print_json_alone_on_stdout(tmp_path, monkeypatch):
 
 def test_report_prints_json(tracked_store, tmp_path):
     uri, _, _ = tracked_store
-    result = CliRunner().invoke(app, ["report", f"output_dir={tmp_path}", f"tracking.uri={uri}", "--format", "json"])
+    result = CliRunner().invoke(app, ["report", f"output_dir={tmp_path}", f"tracking.uri={uri}", "claims=true",
+                                      "--format", "json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert Path(report["report"]["latex"]).exists() and [s["suite"] for s in report["suites"]] == ["accuracy"]
     assert len(report["suites"][0]["runs"]) == 2 and "table-narrow.tex" in report["suites"][0]["files"]
-    assert report["claims"] and {"id", "verdict", "statement"} <= set(report["claims"][0])
+    assert report["claims"] and {"id", "verdict", "statement"} <= set(report["claims"][0]) and report["skipped"] == {}

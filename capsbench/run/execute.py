@@ -64,7 +64,7 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
                   model_args=model_args)
     flag = {} if undertrained is None else {"undertrained": undertrained}
     if (weights := external_weights(cfg)) is not None:
-        flag[WEIGHTS_COLUMN] = weights["sha256"]
+        flag[WEIGHTS_COLUMN] = weights.get("tensors_sha256", weights["sha256"])  # an instance's sha256 is its tensors'
     result.records = [
         {
             "suite": spec.suite,
@@ -78,7 +78,7 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
         for r in suite.measure(ctx)
     ]
     suffix = "".join(f"-{k}{v}" for k, v in spec.variant.items())
-    figures = Path(cfg.output_dir) / spec.suite / "figures"
+    figures = Path(cfg.output_dir) / spec.suite / "units" / spec.key / "figures"  # by the unit's key: never replaced
     result.figures = [
         str(p)
         for name, fig in suite.figures(ctx).items()
@@ -187,6 +187,7 @@ def _model(
     if (weights := external_weights(cfg)) is not None:  # trained elsewhere: loaded, never trained here
         args = model_config(cfg, spec.model, splits, protocol)
         result.params = {"weights.path": weights["path"], "weights.sha256": weights["sha256"],
+                         "weights.tensors_sha256": weights.get("tensors_sha256", weights["sha256"]),
                          **{f"model_args.{k}": v for k, v in args.items()}}
         return external_model(cfg, spec.model, spec.seed, splits, protocol), args, None
     if not suite.needs_training:

@@ -45,6 +45,29 @@ def remote_address(uri: str) -> tuple[str, int] | None:
     return parts.hostname, port or default[scheme]
 
 
+def shown_path(path: str | Path, base: str | Path) -> str:
+    """A local path as a document may print it, never absolute: relative to `base` (the output folder) when inside it,
+    else relative to the working directory, else its last two parts after ".../"."""
+    path = Path(path).expanduser().resolve()
+    for root in (Path(base).expanduser().resolve(), Path.cwd()):
+        if path.is_relative_to(root):
+            return path.relative_to(root).as_posix() or "."
+    return ".../" + "/".join(path.parts[-2:])
+
+
+def shown_uri(uri: str, base: str | Path) -> str:
+    """A tracking URI as a document may print it: a SQLite store as its file's shown_path, a server without its
+    credentials, never an absolute local path."""
+    db = sqlite_path(uri)
+    if db is not None:
+        return shown_path(db, base)
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return shown_path(unquote(parts.path), base)
+    netloc = parts.hostname or ""
+    return parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")).geturl()
+
+
 def ui_command(uri: str) -> str:
     """The command that browses a tracking store, each argument shell-quoted (paths may hold spaces)."""
     return shlex.join(["uv", "run", "mlflow", "ui", "--backend-store-uri", uri])
