@@ -17,7 +17,7 @@ import typer
 from capsbench.errors import EXIT_RUN_FAILED, CapsbenchError
 from capsbench.util.registry import close_matches
 from capsbench.util.signals import Terminated, exit_status, sigterm_as_interrupt
-from capsbench.util.uris import ui_command
+from capsbench.util.uris import browse_hint
 from capsbench.util.version import __version__
 
 
@@ -201,7 +201,7 @@ def _print_run(plan: Any, result: Any, quiet: bool, fmt: str) -> None:
                    f"{paths['records.jsonl']}")
         if result.run_id:
             typer.echo(f"  MLflow run {result.run_id} in {plan.cfg.tracking.uri}; browse: "
-                       f"{ui_command(plan.cfg.tracking.uri)}")
+                       f"{browse_hint(plan.cfg.tracking.uri, result.experiment_id)}")
 
 
 def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
@@ -210,9 +210,11 @@ def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
         "suite": result.suite,
         "budget": cfg.budget,
         "records": len(result.records),
+        "headline": result.headline,  # model -> the first table's numbers (mean over seeds), named as in MLflow
         "files": {name: str(path) for name, path in result.paths.items()},
         "latest": None if result.latest is None else str(result.latest),
-        "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri},
+        "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri,
+                   "experiment_id": result.experiment_id},
         "missing": [{"unit": r.spec.name, "error": r.error} for r in result.missing],
     }
 
@@ -236,7 +238,7 @@ def _where(cfg: Any, result: Any) -> str:
         lines.append(f"  {len(result.missing)} unit(s) failed and are missing from the tables (listed below)")
     if result.parent_run_id:
         uri = cfg.tracking.uri
-        lines.append(f"  MLflow run {result.parent_run_id} in {uri}; browse: {ui_command(uri)}")
+        lines.append(f"  MLflow run {result.parent_run_id} in {uri}; browse: {browse_hint(uri, result.experiment_id)}")
     return "\n".join(lines)
 
 

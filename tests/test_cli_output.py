@@ -39,6 +39,10 @@ def test_run_and_train_print_json_alone_on_stdout(tmp_path, monkeypatch):
     (suite,) = json.loads(result.stdout)
     assert suite["suite"] == "accuracy" and suite["budget"] == "smoke" and suite["records"] > 0
     assert suite["missing"] == [] and Path(suite["files"]["table.md"]).exists()
+    assert set(suite["headline"]["cnn_sabour"]) == {"test_accuracy", "test_error"}  # the numbers, not only paths
+    assert suite["headline"]["cnn_sabour"]["test_accuracy"] == pytest.approx(100 - suite["headline"]["cnn_sabour"][
+        "test_error"])
+    assert Path(suite["latest"]) == tmp_path / "accuracy"
     assert suite["mlflow"]["run_id"] is None  # tracking off
 
     args = ["train", "model=cnn_sabour", f"output_dir={tmp_path}", *SMOKE, "--format", "json"]

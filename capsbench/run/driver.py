@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
+from capsbench.reporting.headline import headline, unit_headline
 from capsbench.reporting.outputs import SuiteOutput, write_suite
 from capsbench.run.external import weights_notes
 from capsbench.run.launchers import make_launcher
@@ -31,7 +32,7 @@ from capsbench.run.model_trial import try_external_models
 from capsbench.run.plan import Finished, Plan, Section, suite_plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
-from capsbench.run.workload import Work, plan_work
+from capsbench.run.workload import Credits, plan_work
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
 from capsbench.util.atomic import atomic_file, write_text
@@ -58,6 +59,8 @@ class SuiteResult:
     cfg: DictConfig | None = None
     output: SuiteOutput | None = None  # its tables and frame (None when no unit finished)
     latest: Path | None = None  # <output_dir>/<folder>/: the copy of the latest run's files (None: nothing written)
+    headline: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> its first table's numbers
+    experiment_id: str | None = None  # the MLflow experiment of its runs (None: tracking off)
 
 
 @dataclass
@@ -68,6 +71,7 @@ class RunResult:
     finished: Finished | None = None
     run_id: str | None = None  # the finish step's parent run
     folder: Path | None = None  # the run's own folder, <output_dir>/runs/<date>/<time>/
+    experiment_id: str | None = None  # the MLflow experiment of its runs (None: tracking off)
 
     @property
     def missing(self) -> list[UnitResult]:
@@ -131,7 +135,9 @@ def run_plan(plan: Plan) -> RunResult:
             tracker.finish_parent(top, finished.metrics, [p for p in finished.paths.values() if p.is_file()],
                                   failed=f"{len(missing)} unit(s) failed" if missing else None)
         _publish(cfg, folder, results)
-        return RunResult(results, finished, top, folder)
+        for result in results:
+            result.experiment_id = tracker.experiment_id
+        return RunResult(results, finished, top, folder, tracker.experiment_id)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capsbench.util.signals)
         with shielded():
             tracker.end_open("KILLED")
@@ -181,7 +187,8 @@ def _measure_units(cfg: DictConfig, units: list[UnitSpec], tracker: Tracker, rou
     )
     for result in done.values():
         parent, tags, columns = routes.of(result.key)
-        tracker.log_unit(parent, result, tags, columns, reused=True)
+        tracker.log_unit(parent, result, tags, columns, reused=True,
+                         headline=unit_headline(result.records, SUITES.get(result.spec.suite)))
     _launch(cfg, todo, store, done, LiveUnits(tracker, todo, routes))
     return done
 
@@ -215,19 +222,27 @@ class LiveUnits:
         parent, tags, columns = self.routes.of(result.key)
         if result.key not in self.runs:
             self.runs[result.key] = self.tracker.start_unit(parent, result.spec, tags, reused=False, host=result.host)
-        self.tracker.end_unit(self.runs.pop(result.key), result, columns, streamed=self.epochs.pop(result.key, set()))
+        self.tracker.end_unit(self.runs.pop(result.key), result, columns, streamed=self.epochs.pop(result.key, set()),
+                              headline=unit_headline(result.records, SUITES.get(result.spec.suite)))
 
 
 def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[str, UnitResult],
             live: LiveUnits) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
-    weighs each unit by its declared work (capsbench.run.workload), so its time left is the work left at the rate
-    measured so far."""
+    weighs each unit by its declared work (capsbench.run.workload) and credits it as the unit reports it (each
+    training epoch, its measuring), so its time left is the work left at the rate measured so far."""
     failures = 0
     work = plan_work(todo)
+    credits = Credits(work, todo)
     with Progress("units", sum(w.total for w in work.values()), unit="pass", leave=True) as bar:
         bar.note(f"0/{len(todo)} done")
-        for n, result in enumerate(make_launcher(cfg).run(todo, live.on_event), 1):
+
+        def on_event(event: UnitEvent) -> None:
+            live.on_event(event)
+            if step := credits.event(event):
+                bar.update(step)
+
+        for n, result in enumerate(make_launcher(cfg).run(todo, on_event), 1):
             if result.status == "done":
                 store.save(result)
             else:
@@ -235,12 +250,8 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
                 log.error("unit %s failed: %s", result.spec.name, result.error)
             done[result.key] = result
             live.finish(result)
-            w = work[result.key]
-            if cfg.launcher == "local" and result.params.get("checkpoint.cached"):
-                bar.add_total(-w.train)  # its checkpoint was in the cache: no training (elsewhere a task trains it)
-                w = Work(0.0, w.measure)
             status = f"{n}/{len(todo)} done, last {result.spec.name}" + (f", {failures} failed" if failures else "")
-            bar.update(w.total, status=status)
+            bar.update(credits.finished(result), status=status)
 
 
 def failure_line(result: UnitResult) -> str:
@@ -275,7 +286,7 @@ def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, par
     figures = [_copied(Path(p), out_dir / "figures") for result in finished for p in result.figures]
     tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures], failed=failed)
     return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing, section.key, cfg,
-                       output)
+                       output, headline=headline(records, suite_cls))
 
 
 def _copied(path: Path, folder: Path) -> Path:
