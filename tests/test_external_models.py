@@ -221,3 +221,22 @@ def test_weights_of_the_wrong_shape_are_refused_before_any_data_is_read(tmp_path
     assert result.exit_code == 2, result.output
     assert "does not fit model 'cnn_9x9'" in result.output and "wrong shapes" in result.output
     assert time.monotonic() - start < 30 and not (tmp_path / "accuracy").exists()
+
+
+def test_a_module_and_the_file_of_its_state_dict_are_the_same_weights(tmp_path):
+    from capsbench.models.external import register_instance
+    from capsbench.run.external import external_settings
+
+    torch.manual_seed(5)
+    module = _built("byo_models.plain:PlainNet").module
+    torch.save(module.state_dict(), tmp_path / "w.pt")
+    save_file(module.state_dict(), str(tmp_path / "w.safetensors"))
+    cfg = _compose(tmp_path, "register.ext=byo_models.plain:PlainNet", "models=[ext]", f"weights.ext={tmp_path}/w.pt")
+    (unit,) = plan(cfg)
+    from_file = unit.config["weights"]["tensors_sha256"]
+    register_instance("ext_instance", module, state_sha256(module), "attributes")
+    from_module = external_settings(_compose(tmp_path, "models=[ext_instance]"), "ext_instance")["weights"]["sha256"]
+    other = _compose(tmp_path, "register.ext=byo_models.plain:PlainNet", "models=[ext]",
+                     f"weights.ext={tmp_path}/w.safetensors")
+    assert from_file == from_module == plan(other)[0].config["weights"]["tensors_sha256"]  # by tensors, any format
+    assert unit.config["weights"]["sha256"] != from_file  # the file's own bytes still check it is unchanged

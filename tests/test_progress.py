@@ -156,7 +156,7 @@ def test_units_are_credited_as_they_report_and_never_beyond_their_work():
     from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
     from capsbench.run.workload import Credits, Work
 
-    spec = UnitSpec("robustness", "capsnet", 0, {}, {"train": {"epochs": 4}, "dataset": "mnist"})
+    spec = UnitSpec("robustness", "capsnet", 0, {}, {"train": {"epochs": 4}, "dataset": "mnist", "data": {}})
     credits = Credits({spec.key: Work(400.0, 1000.0)}, [spec])
     epoch = [credits.event(UnitEvent(spec.key, "epoch", {"epoch": e})) for e in (1, 2, 2, 4)]
     assert epoch == [100.0, 100.0, 0.0, 200.0]  # each epoch its share of the training, once
