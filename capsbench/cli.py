@@ -2,7 +2,8 @@
 
 `--help`, `--version`, `list` and `show-config` never import torch: heavy modules load inside the commands that
 need them, after the input and the machine are checked. Exit statuses (capsbench.errors): 0 every unit finished,
-2 bad input (nothing written), 3 a unit failed or a fault stopped the run, 130 / 143 SIGINT / SIGTERM."""
+2 bad input (nothing written), 3 a unit failed or a fault stopped the run (`report`: a suite was skipped, the others
+reported), 130 / 143 SIGINT / SIGTERM."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import typer
 from capsbench.errors import EXIT_RUN_FAILED, CapsbenchError
 from capsbench.util.registry import close_matches
 from capsbench.util.signals import exit_status, ignore_signals, received, signals_raise
-from capsbench.util.uris import ui_command
+from capsbench.util.uris import browse_hint
 from capsbench.util.version import __version__
 
 
@@ -216,7 +217,7 @@ def _print_run(plan: Any, result: Any, quiet: bool, fmt: str) -> None:
                    f"{paths['records.jsonl']}")
         if result.run_id:
             typer.echo(f"  MLflow run {result.run_id} in {plan.cfg.tracking.uri}; browse: "
-                       f"{ui_command(plan.cfg.tracking.uri)}")
+                       f"{browse_hint(plan.cfg.tracking.uri, result.experiment_id)}")
 
 
 def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
@@ -225,8 +226,11 @@ def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
         "suite": result.suite,
         "budget": cfg.budget,
         "records": len(result.records),
+        "headline": result.headline,  # model -> the first table's numbers (mean over seeds), named as in MLflow
         "files": {name: str(path) for name, path in result.paths.items()},
-        "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri},
+        "latest": None if result.latest is None else str(result.latest),
+        "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri,
+                   "experiment_id": result.experiment_id},
         "missing": [{"unit": r.spec.name, "error": r.error} for r in result.missing],
     }
 
@@ -236,7 +240,8 @@ def _where(cfg: Any, result: Any) -> str:
     if "table.md" in result.paths:
         out = result.paths["table.md"].parent
         figures = sorted(p.name for p in result.paths.values() if p.suffix in (".png", ".pdf"))
-        lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}"]
+        lines = [f"{result.suite}: tables {out}/table.{{md,tex,csv}}, records {out}/records.{{csv,jsonl}}",
+                 f"  latest run's copy: {result.latest}/"]
         if figures or (out / "figures").is_dir():
             lines.append(
                 f"  figures: {out}/"
@@ -249,7 +254,7 @@ def _where(cfg: Any, result: Any) -> str:
         lines.append(f"  {len(result.missing)} unit(s) failed and are missing from the tables (listed below)")
     if result.parent_run_id:
         uri = cfg.tracking.uri
-        lines.append(f"  MLflow run {result.parent_run_id} in {uri}; browse: {ui_command(uri)}")
+        lines.append(f"  MLflow run {result.parent_run_id} in {uri}; browse: {browse_hint(uri, result.experiment_id)}")
     return "\n".join(lines)
 
 
@@ -311,10 +316,14 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
         "capsbench report",
         "capsbench report suite=accuracy budget=quick",
         "capsbench report models=[capsnet,cnn_9x9] since=2026-11-01 until=2026-11-30T18:00",
+        "capsbench report latest=true claims=true",
         "capsbench report --format json",
     )
-    + "\n\nKeys: suite, models, dataset, budget, version, code, since, until, output_dir, tracking.uri, baselines_dir, "
-    "one_seed_verdicts, latex.eps. Runs of different budgets, capsbench versions or code are never mixed."
+    + "\n\nKeys: suite, models, dataset, budget, version, code, since, until, latest, claims, output_dir, "
+    "tracking.uri, baselines_dir, one_seed_verdicts, latex.eps. Runs of different budgets, capsbench versions, code "
+    "or settings are never mixed: such a suite is skipped with its reason, the others are reported, and the exit "
+    "status is 3 (latest=true takes each suite's newest run and the older ones measured alike). claims=true adds "
+    "the claims table."
 )
 def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench report`: tables, figures and claims across the tracked runs."""
@@ -335,14 +344,18 @@ def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "tex
         _fail(str(exc))
     if fmt == "json":
         typer.echo(json.dumps(_report_json(result), indent=1))
-        return
-    for section in result.sections:
-        typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
-    if result.claims:
-        from capsbench.reporting.verdicts import render_markdown  # loaded already by build_report
+    else:
+        for section in result.sections:
+            typer.echo(f"## {section.suite}\n\n{section.output.paths['table.md'].read_text()}")
+        if result.claims:
+            from capsbench.reporting.verdicts import render_markdown  # loaded already by build_report
 
-        typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
-    typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}")
+            typer.echo(f"## Claims\n\n{render_markdown(result.claims)}")
+        typer.echo(f"report: {result.markdown}\nLaTeX: {result.latex}\nlatest report's copy: {result.latest}/")
+    for why in result.skipped.values():
+        typer.echo(f"skipped: {why}", err=True)
+    if result.skipped:
+        raise typer.Exit(EXIT_RUN_FAILED)
 
 
 def _arguments(spec: Any) -> dict[str, Any]:
@@ -367,6 +380,8 @@ def _report_json(result: Any) -> dict[str, Any]:
             for s in result.sections
         ],
         "claims": [{"id": j.claim.id, "verdict": j.verdict, "statement": j.claim.statement} for j in result.claims],
+        "skipped": result.skipped,
+        "latest": str(result.latest),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from omegaconf import DictConfig
@@ -18,3 +19,9 @@ def compose(items: list[str], **kwargs: Any) -> DictConfig:
 def compose_suites(items: list[str], **kwargs: Any) -> list[DictConfig]:
     """capsbench.config.compose.compose_suites of `key=value` items."""
     return composing.compose_suites(parse_command_line(items), **kwargs)
+
+
+def suite_budget(run_name: str) -> str:
+    """A parent run's name without its models and stamp (accuracy-smoke-cnn_9x9-20261121-143005 -> accuracy-smoke);
+    a unit run's name as it is."""
+    return re.sub(r"-[^-]+-\d{8}-\d{6}(-\d+)?$", "", run_name)

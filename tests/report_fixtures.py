@@ -290,3 +290,36 @@ def efficiency_published() -> list[dict[str, Any]]:
             "(arXiv:1710.09829), Section 5: with the reconstruction decoder",
         }
     ]
+
+
+DEFAULT_EPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
+DEFAULT_CURVES = {  # the default robustness run (budget quick): images robust out of 1,000 at each eps
+    "capsnet": {"fgsm": (981, 913, 801, 652, 503, 371, 262), "pgd": (981, 880, 389, 41, 2, 0, 0),
+                "pgd_adaptive": (981, 874, 377, 39, 2, 0, 0), "vote": (981, 890, 420, 70, 9, 1, 0)},
+    "cnn_sabour": {"fgsm": (990, 940, 760, 520, 330, 190, 120), "pgd": (990, 900, 420, 60, 3, 0, 0)},
+    "cnn_9x9": {"fgsm": (986, 921, 733, 498, 301, 170, 90), "pgd": (986, 870, 351, 30, 1, 0, 0)},
+}
+
+
+def robustness_default(models: tuple[str, ...] = tuple(DEFAULT_CURVES), images: int = 1000) -> list[dict[str, Any]]:
+    """Records shaped as the default `capsbench run suite=robustness` writes them: three models, one seed, 1,000 test
+    images (or `images`, the counts scaled), six eps above 0, the worst case over fgsm, pgd, pgd_adaptive and vote
+    (capsule attacks skipped on CNNs) and square at eps 0.15."""
+    rows = []
+    for model in models:
+        attacks = {a: tuple(r * images // 1000 + (images > 1000) * 3 for r in rights)
+                   for a, rights in DEFAULT_CURVES[model].items()}
+        mine = [acc("robustness", model, "clean_accuracy", attacks["fgsm"][0], images)]
+        for attack, rights in attacks.items():
+            mine += [acc("robustness", model, "robust_accuracy", r, images, attack=attack, eps=e)
+                     for e, r in zip(DEFAULT_EPS, rights)]
+        mine.append(acc("robustness", model, "robust_accuracy", attacks["pgd"][3] + images // 10, images,
+                        attack="square", eps=0.15))
+        mine += [value("robustness", model, "attack_skipped", 1, attack=a, reason="needs capsule poses")
+                 for a in ("pgd_adaptive", "vote") if a not in attacks]
+        mine += [acc("robustness", model, "robust_accuracy", min(r[i] for r in attacks.values()), images,
+                     attack="worst_case", eps=e) for i, e in enumerate(DEFAULT_EPS)]
+        flags = sanity_flags(mine, near_zero=1.0)
+        mine += [value("robustness", model, "sanity_flag", float(f.fired), check=f.check) for f in flags]
+        rows += mine
+    return rows

@@ -39,6 +39,10 @@ def test_run_and_train_print_json_alone_on_stdout(tmp_path, monkeypatch):
     (suite,) = json.loads(result.stdout)
     assert suite["suite"] == "accuracy" and suite["budget"] == "smoke" and suite["records"] > 0
     assert suite["missing"] == [] and Path(suite["files"]["table.md"]).exists()
+    assert set(suite["headline"]["cnn_sabour"]) == {"test_accuracy", "test_error"}  # the numbers, not only paths
+    assert suite["headline"]["cnn_sabour"]["test_accuracy"] == pytest.approx(100 - suite["headline"]["cnn_sabour"][
+        "test_error"])
+    assert Path(suite["latest"]) == tmp_path / "accuracy"
     assert suite["mlflow"]["run_id"] is None  # tracking off
 
     args = ["train", "model=cnn_sabour", f"output_dir={tmp_path}", *SMOKE, "--format", "json"]
@@ -49,9 +53,10 @@ def test_run_and_train_print_json_alone_on_stdout(tmp_path, monkeypatch):
 
 def test_report_prints_json(tracked_store, tmp_path):
     uri, _, _ = tracked_store
-    result = CliRunner().invoke(app, ["report", f"output_dir={tmp_path}", f"tracking.uri={uri}", "--format", "json"])
+    result = CliRunner().invoke(app, ["report", f"output_dir={tmp_path}", f"tracking.uri={uri}", "claims=true",
+                                      "--format", "json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert Path(report["report"]["latex"]).exists() and [s["suite"] for s in report["suites"]] == ["accuracy"]
     assert len(report["suites"][0]["runs"]) == 2 and "table-narrow.tex" in report["suites"][0]["files"]
-    assert report["claims"] and {"id", "verdict", "statement"} <= set(report["claims"][0])
+    assert report["claims"] and {"id", "verdict", "statement"} <= set(report["claims"][0]) and report["skipped"] == {}

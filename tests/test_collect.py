@@ -133,3 +133,16 @@ def test_datasets_become_rows_and_model_args_compare_within_a_dataset():
                 inv("c", 3, params={"dataset": "fashion_mnist"}, model_args=changed),
             ]
         )
+
+
+def test_weights_files_are_where_not_what_but_two_weights_of_one_model_are_never_mixed():
+    import pandas as pd
+
+    from capsbench.reporting.collect import combine
+
+    check_comparable([inv("a", 1, params={"weights.capsnet": "/here/w.pt", "register.mine": "pkg:Net"}), inv("b", 2)])
+    records = {k: pd.DataFrame([{"suite": "accuracy", "model": "capsnet", "dataset": "mnist", "seed": seed,
+                                  "metric": "test_accuracy", "value": 99.0, "weights_sha256": sha}])
+               for k, seed, sha in (("a", 0, "1" * 64), ("b", 1, "2" * 64))}
+    with pytest.raises(CapsbenchError, match="model 'capsnet' was measured with 2 different weights"):
+        combine([inv("a", 1), inv("b", 2)], records, None)

@@ -199,3 +199,44 @@ def test_capsbench_train_fine_tunes_outside_weights_under_a_key_of_their_own(tmp
     for name, tensor in tuned.model.module.state_dict().items():  # lr 1e-12: still the weights it started from
         assert torch.allclose(tensor, start[name], atol=1e-6), name
     assert not torch.allclose(scratch.model.module.conv.weight, start["conv.weight"], atol=1e-3)
+
+
+def test_weights_of_the_wrong_shape_are_refused_before_any_data_is_read(tmp_path, monkeypatch, mnist_root):
+    import time
+
+    from typer.testing import CliRunner
+
+    from capsbench.cli import app
+    from capsbench.run import model_trial
+
+    def no_data(*args):
+        raise AssertionError("the data were read before the weights were checked")
+
+    monkeypatch.setattr(model_trial, "load_data", no_data)
+    state = create_model("cnn_9x9", in_channels=1, image_size=28, num_classes=10, channels=[8, 8, 4]).state_dict()
+    torch.save(state, tmp_path / "w.pt")  # the budget builds cnn_9x9 with channels [16, 16, 8]
+    start = time.monotonic()
+    result = CliRunner().invoke(app, ["run", *SMOKE, f"output_dir={tmp_path}", "models=[cnn_9x9]",
+                                      f"data.root={mnist_root}", f"weights.cnn_9x9={tmp_path / 'w.pt'}"])
+    assert result.exit_code == 2, result.output
+    assert "does not fit model 'cnn_9x9'" in result.output and "wrong shapes" in result.output
+    assert time.monotonic() - start < 30 and not (tmp_path / "accuracy").exists()
+
+
+def test_a_module_and_the_file_of_its_state_dict_are_the_same_weights(tmp_path):
+    from capsbench.models.external import register_instance
+    from capsbench.run.external import external_settings
+
+    torch.manual_seed(5)
+    module = _built("byo_models.plain:PlainNet").module
+    torch.save(module.state_dict(), tmp_path / "w.pt")
+    save_file(module.state_dict(), str(tmp_path / "w.safetensors"))
+    cfg = _compose(tmp_path, "register.ext=byo_models.plain:PlainNet", "models=[ext]", f"weights.ext={tmp_path}/w.pt")
+    (unit,) = plan(cfg)
+    from_file = unit.config["weights"]["tensors_sha256"]
+    register_instance("ext_instance", module, state_sha256(module), "attributes")
+    from_module = external_settings(_compose(tmp_path, "models=[ext_instance]"), "ext_instance")["weights"]["sha256"]
+    other = _compose(tmp_path, "register.ext=byo_models.plain:PlainNet", "models=[ext]",
+                     f"weights.ext={tmp_path}/w.safetensors")
+    assert from_file == from_module == plan(other)[0].config["weights"]["tensors_sha256"]  # by tensors, any format
+    assert unit.config["weights"]["sha256"] != from_file  # the file's own bytes still check it is unchanged

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
-from composing import compose
+from composing import compose, suite_budget
 from conftest import REPO, make_splits
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
@@ -44,11 +44,11 @@ def cli(out: Path, mnist_root: Path, *extra: str):
 
 
 def statuses(out: Path) -> dict[str, list[str]]:
-    """Run name -> statuses of the runs of that name in <out>/mlflow.db."""
+    """Run name -> statuses of the runs of that name in <out>/mlflow.db (a parent's as <suite>-<budget>)."""
     client = MlflowClient(sqlite_uri(out / "mlflow.db"))
     found: dict[str, list[str]] = {}
     for run in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id]):
-        found.setdefault(run.info.run_name, []).append(run.info.status)
+        found.setdefault(suite_budget(run.info.run_name), []).append(run.info.status)
     return {name: sorted(s) for name, s in found.items()}
 
 

@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
-from composing import compose, compose_suites
+from composing import compose, compose_suites, suite_budget
 from conftest import MNIST_ROOT
 from mlflow.tracking import MlflowClient
 
 from capsbench.errors import CapsbenchError
 from capsbench.run import driver
 from capsbench.run.launchers import remote
-from capsbench.run.plan import plan
+from capsbench.run.plan import plan, suite_plan
 from capsbench.run.units import UnitResult
 
 SMOKE = ["budget=smoke", "device=cpu", "threads=1"]
@@ -39,10 +39,15 @@ def rows(
     ]
 
 
-def block_figure(out: Path, seed: int) -> None:
-    """The injected failure: a directory where robustness/cnn_sabour-s<seed> writes its figure, so that unit raises
-    IsADirectoryError in its worker on every try; it goes through the filesystem the workers share, no test hook."""
-    blocked = out / "robustness" / "figures" / f"adversarial_examples-cnn_sabour-s{seed}.png"
+def block_figure(args: list[str], seed: int) -> None:
+    """The injected failure: a directory where robustness/cnn_sabour-s<seed> of the run of `args` writes its figure
+    (under the unit store, by the unit's key), so that unit raises IsADirectoryError in its worker on every try; it goes
+    through the filesystem the workers share, no test hook."""
+    run = suite_plan(compose_suites(args))
+    (unit,) = [u for s in run.sections for u in s.units
+               if (u.suite, u.model, u.seed) == ("robustness", "cnn_sabour", seed)]
+    blocked = (Path(run.cfg.output_dir) / "robustness" / "units" / unit.key / "figures"
+               / f"adversarial_examples-cnn_sabour-s{seed}.png")
     blocked.mkdir(parents=True)
     (blocked / "keep").write_text("a directory where the unit's figure goes")
 
@@ -167,7 +172,7 @@ def _kill_first_unit_worker(driver: subprocess.Popen, killed: list[int]) -> None
 def test_ray_grid_equals_local_despite_a_killed_worker_and_reports_a_failing_unit(tmp_path, local_grid):
     pytest.importorskip("ray")
     out = tmp_path / "ray"
-    block_figure(out, seed=1)
+    block_figure([*GRID, f"output_dir={out}", "launcher=ray", "ray.num_cpus=2", "ray.max_retries=2"], seed=1)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     driver = subprocess.Popen(
         [
@@ -200,7 +205,7 @@ def test_ray_grid_equals_local_despite_a_killed_worker_and_reports_a_failing_uni
     assert "robustness: tables" in stdout and "1 unit(s) failed and are missing from the tables" in stdout
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
-    parents = {r.info.run_name: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    parents = {suite_budget(r.info.run_name): r for r in runs if "mlflow.parentRunId" not in r.data.tags}
     assert sorted(parents) == ["accuracy-smoke", "robustness-smoke"]
     assert {n: p.info.status for n, p in parents.items()} == {"accuracy-smoke": "FINISHED",
                                                              "robustness-smoke": "FAILED"}
@@ -217,7 +222,9 @@ def test_ray_grid_equals_local_despite_a_killed_worker_and_reports_a_failing_uni
 def test_submitit_local_jobs_equal_local_and_a_failing_job_is_resubmitted(tmp_path, local_grid, caplog):
     pytest.importorskip("submitit")
     out = tmp_path / "slurm"
-    block_figure(out, seed=0)
+    block_figure([*GRID, "seeds=[0]", f"output_dir={out}", "tracking.enabled=false", "launcher=slurm",
+                  "slurm.cluster=local", "slurm.gpus_per_unit=0", "slurm.cpus_per_unit=1", "slurm.array_parallelism=2",
+                  "slurm.max_retries=1"], seed=0)
     cfgs = compose_suites(
         [
             *GRID,

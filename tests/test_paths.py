@@ -2,6 +2,7 @@
 MLflow opens them with), an output directory named with '?', '%' or a space keeps its MLflow database inside it, and
 printed commands quote their arguments."""
 
+import re
 import shlex
 
 import pytest
@@ -37,6 +38,7 @@ def test_an_output_dir_with_a_question_mark_and_a_space_keeps_its_store(tmp_path
     assert result.exit_code == 0, result.output
     assert (out / "mlflow.db").is_file() and not (tmp_path / "runs").exists()
     (hint,) = [line for line in result.output.splitlines() if "browse: " in line]
-    command = shlex.split(hint.split("browse: ", 1)[1])
-    assert command == ["uv", "run", "mlflow", "ui", "--backend-store-uri", sqlite_uri(out / "mlflow.db")]
+    command, _, address = hint.split("browse: ", 1)[1].partition(", then open ")
+    assert shlex.split(command) == ["uv", "run", "mlflow", "ui", "--backend-store-uri", sqlite_uri(out / "mlflow.db")]
+    assert re.fullmatch(r"http://127\.0\.0\.1:5000/#/experiments/\d+/runs", address)  # the runs table, not GenAI
     assert ui_command("sqlite:////a b/m.db") == "uv run mlflow ui --backend-store-uri 'sqlite:////a b/m.db'"

@@ -150,3 +150,44 @@ def test_units_are_weighed_by_their_declared_work(tmp_path):
     # robustness: 100 test images x (1 + passes of fgsm, pgd, pgd_adaptive, vote over 7 eps and square's 50 queries)
     pgd = 7 * 2 * (5 + 1) * 1 * 2
     assert work[units[1].key].measure == 100 * (1 + 7 * 2 * 2 * 1 + 3 * pgd + 50)
+
+
+def test_units_are_credited_as_they_report_and_never_beyond_their_work():
+    from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
+    from capsbench.run.workload import Credits, Work
+
+    spec = UnitSpec("robustness", "capsnet", 0, {}, {"train": {"epochs": 4}, "dataset": "mnist", "data": {}})
+    credits = Credits({spec.key: Work(400.0, 1000.0)}, [spec])
+    epoch = [credits.event(UnitEvent(spec.key, "epoch", {"epoch": e})) for e in (1, 2, 2, 4)]
+    assert epoch == [100.0, 100.0, 0.0, 200.0]  # each epoch its share of the training, once
+    measured = [credits.event(UnitEvent(spec.key, "measured", {"passes": p})) for p in (100, 600, 500, 5000)]
+    assert measured == [100.0, 500.0, 0.0, 400.0]  # passes so far, never back, never beyond the declared work
+    assert credits.finished(UnitResult(spec.key, spec, "done")) == 0.0
+    assert credits.event(UnitEvent("elsewhere", "measured", {"passes": 1})) == 0.0
+
+
+def test_a_checkpoint_in_the_cache_is_declared_without_training(tmp_path, mnist_root):
+    from capsbench.run.execute import trained
+    from capsbench.run.plan import training_unit
+
+    cfg = compose(["suite=accuracy", "budget=smoke", "models=[cnn_9x9]", "train.epochs=1", f"output_dir={tmp_path}",
+                   f"data.root={mnist_root}", "device=cpu", "threads=1"])
+    (unit,) = plan(cfg)
+    assert plan_work([unit])[unit.key].train > 0
+    trained(training_unit(cfg, "cnn_9x9", 0))  # the checkpoint the unit needs, now in the cache
+    assert plan_work([unit])[unit.key].train == 0.0
+
+
+def test_evaluate_shows_progress_unless_told_not_to(tmp_path, monkeypatch, capfd):
+    from conftest import make_splits
+
+    import capsbench
+    from capsbench.run import execute
+
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    args = dict(suite="accuracy", budget="smoke", output_dir=str(tmp_path), device="cpu", tracking={"enabled": False},
+                train={"epochs": 1})
+    capsbench.evaluate("cnn_9x9", **args)
+    assert "units:" in capfd.readouterr().err  # tqdm bars, although stderr is no terminal here
+    capsbench.evaluate("cnn_9x9", progress=False, remeasure=True, **args)
+    assert "units:" not in capfd.readouterr().err

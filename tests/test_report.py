@@ -10,6 +10,7 @@ from capsbench.reporting.frame import records_frame
 from capsbench.reporting.model import Header, Measured, Table, split_parts
 from capsbench.reporting.outputs import write_suite
 from capsbench.reporting.tables import build_tables
+from capsbench.suites import SUITES
 from capsbench.suites.accuracy import AccuracySuite
 from capsbench.suites.layout import Layout, SweepColumns, TableSpec
 from capsbench.util.stats import accuracy_fields
@@ -111,7 +112,7 @@ def test_paired_outcomes_decide_best_on_one_seed():
     assert "| a | **99.0 [98.2, 99.5]** |" in md and "95 % Wilson interval over 1000 test images" in md
     tex = latex.tabular(far)
     assert r"\textbf{99.0}\\\scriptsize 98.2--99.5" in tex  # one decimal at n = 1,000: one image is 0.1 %
-    assert r"accuracy\\(\%)\\n = 1,000" in tex  # n in the header
+    assert r"accuracy\\(\%)\\n~=~1,000" in tex  # n in the header, on a line of its own that never breaks
 
 
 def test_undertrained_rows_are_marked_and_never_best():
@@ -283,6 +284,7 @@ def test_latex_escapes_every_special_character():
 
 
 def test_suite_files(tmp_path):
+    SUITES.get("accuracy")  # loading it through the registry names AccuracySuite, which SweepSuite extends
     paths = write_suite(tmp_path, sweep_records(), SweepSuite).paths
     assert set(paths) == {"records.csv", "table.md", "table.tex", "table-narrow.tex", "table-sweep.csv"}
     assert not list(tmp_path.glob(".*.tmp"))

@@ -55,7 +55,8 @@ def test_report_links_every_file(built):
     assert all((root / link).exists() for link in links)
     assert report.count("started") == 2  # both invocations are listed
     assert "Seeds: capsnet [0, 1, 2, 3]; cnn_sabour [0, 1, 2, 3]." in report and "Budget smoke, capsbench" in report
-    assert "train.epochs = 1" in report  # the protocol behind every number
+    assert "Settings that differ from budget smoke's defaults: train.epochs = 1." in report  # and nothing else
+    assert "## Claims" not in report  # only with claims=true
 
 
 def test_report_tex_is_a_standalone_document(built):
@@ -65,10 +66,13 @@ def test_report_tex_is_a_standalone_document(built):
     assert "\\label{tab:accuracy-accuracy}" in tex and "Dynamic Routing Between Capsules" in tex
 
 
-def test_report_over_a_smoke_run_gives_no_verdict(built):
-    """Every claim is judged, but smoke records meet no claim's protocol: no supported, refuted or not resolved in
-    the printed table, report.md or report.tex."""
-    root, _, output = built
+def test_report_over_a_smoke_run_gives_no_verdict(tracked_store, tmp_path):
+    """With claims=true every claim is judged, but smoke records meet no claim's protocol: no supported, refuted or not
+    resolved in the printed table, report.md or report.tex."""
+    uri, _, _ = tracked_store
+    result = CliRunner().invoke(app, ["report", f"output_dir={tmp_path}", f"tracking.uri={uri}", "claims=true"])
+    assert result.exit_code == 0, result.output
+    root, output = tmp_path / "report", result.output
     report, tex = (root / "report.md").read_text(), (root / "report.tex").read_text()
     assert "## Claims" in output and "## Claims" in report and "Verdict rule:" in report
     rows = {line.split(" | ")[0].lstrip("| "): line for line in report.splitlines() if line.startswith("| ")}
@@ -121,5 +125,6 @@ def test_report_embeds_figures_and_flags_short_budgets(tmp_path):
     assert "![acc_vs_eps](accuracy/acc_vs_eps.png)" in text and "[acc_vs_eps.pdf](accuracy/acc_vs_eps.pdf)" in text
     assert "filters: budget=quick" in text and "Budget quick narrows the models" in text
     assert "Seeds: capsnet [0, 1]." in text and "n = 500 test items per accuracy" in text
-    assert "Model capsnet: routing_iterations = 3." in text and "Run `r1` started 2026-11-21 00:00 UTC" in text
+    assert "Run `r1` started 2026-11-21 00:00 UTC" in text and "defaults: none." in text
+    assert "accuracy: acc against eps; budget quick; n = 500 test items; seeds 0, 1" in text  # the figure's caption
     assert "\\includegraphics[width=3.3in]{accuracy/acc_vs_eps.pdf}" in render_latex(doc, root)

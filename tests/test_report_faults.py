@@ -1,15 +1,18 @@
 """`capsbench report` on stores with faults: runs of different code versions are refused with one line
 naming their commits (code= picks one); a corrupt or missing records.csv artifact is named and its run skipped; a run
-whose unit failed contributes its finished units and is never the reason for a refusal. The stores are written by
-the Tracker with fixed records (tests/report_fixtures.py), no training."""
+whose unit failed contributes its finished units and is never the reason for a refusal; a suite whose runs conflict is
+skipped with its reason while the others are reported (exit 3), latest=true takes each suite's newest runs measured
+alike; no output holds an absolute local path. The stores are written by the Tracker with fixed records
+(tests/report_fixtures.py), no training."""
 
+import json
 import logging
 from pathlib import Path
 
 import pytest
 from composing import compose
 from mlflow.tracking import MlflowClient
-from report_fixtures import accuracy
+from report_fixtures import accuracy, robustness_default
 from typer.testing import CliRunner
 
 from capsbench.cli import app
@@ -25,26 +28,28 @@ CODE_A, CODE_B = "a" * 64, "b" * 64
 
 
 def invocation(out: Path, seeds: list[int], *, code: str | None = CODE_A, commit: str = "1" * 40,
-               dirty: bool = False, failing: str | None = None) -> str:
-    """One logged `capsbench run suite=accuracy` of the fixed records of `seeds`; `failing`: a model whose unit
-    failed (no records, no model arguments), which makes the parent FAILED. Returns the parent's run id."""
+               dirty: bool = False, failing: str | None = None, suite: str = "accuracy", budget: str = "smoke") -> str:
+    """One logged `capsbench run suite=<suite> budget=<budget>` of the fixed records of `seeds` (robustness: capsnet's
+    records of the default run); `failing`: a model whose unit failed (no records, no model arguments), which makes the
+    parent FAILED. Returns the parent's run id."""
     uri = sqlite_uri(out / "mlflow.db")
-    cfg = compose(["suite=accuracy", "budget=smoke", "device=cpu", "threads=1", f"output_dir={out}"])
+    cfg = compose([f"suite={suite}", f"budget={budget}", "device=cpu", "threads=1", f"output_dir={out}"])
     tracker = Tracker(uri=uri, experiment="capsbench", artifact_root=out / "mlartifacts")
-    tags = {"suite": "accuracy", "budget": "smoke", "version.capsbench": __version__, "git.commit": commit,
+    tags = {"suite": suite, "budget": budget, "version.capsbench": __version__, "git.commit": commit,
             "git.dirty": str(dirty).lower(), **({"code.hash": code} if code else {})}
-    parent = tracker.start_parent("accuracy-smoke", flatten(to_dict(cfg)), tags, "")
-    records = [r for r in accuracy() if r["seed"] in seeds and r["model"] != failing]
-    for model in ("capsnet", "cnn_sabour", "cnn_9x9"):
+    parent = tracker.start_parent(f"{suite}-{budget}", flatten(to_dict(cfg)), tags, "")
+    fixed = accuracy() if suite == "accuracy" else robustness_default(("capsnet",))
+    records = [r for r in fixed if r["seed"] in seeds and r["model"] != failing]
+    for model in dict.fromkeys(r["model"] for r in fixed):
         for seed in seeds:
-            spec = UnitSpec("accuracy", model, seed, {}, {"dataset": "mnist", "threads": 1, "data": {}})
+            spec = UnitSpec(suite, model, seed, {}, {"dataset": "mnist", "threads": 1, "data": {}})
             done = model != failing
             result = UnitResult(key=spec.key, spec=spec, status="done" if done else "failed",
                                 records=[r for r in records if (r["model"], r["seed"]) == (model, seed)],
                                 params={"model_args.width": 8} if done else {},
                                 error=None if done else "ValueError: kernel larger than the image")
-            tracker.log_unit(parent, result, tags, SUITES.get("accuracy").sweep_columns, reused=False)
-    paths = write_suite(out / f"accuracy-{parent}", records, SUITES.get("accuracy")).paths
+            tracker.log_unit(parent, result, tags, SUITES.get(suite).sweep_columns, reused=False)
+    paths = write_suite(out / f"{suite}-{parent}", records, SUITES.get(suite)).paths
     tracker.finish_parent(parent, {}, [paths["records.csv"]], failed="1 unit(s) failed" if failing else None)
     return parent
 
@@ -114,3 +119,37 @@ def test_a_run_with_a_failed_unit_is_never_the_reason_for_a_refusal(tmp_path):
     table = (tmp_path / "report" / "accuracy" / "table.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| c")}
     assert "(n=1)" in rows["capsnet"] and "(n=1)" not in rows["cnn_sabour"]  # the failed unit adds no seed
+
+
+def test_a_suite_whose_runs_conflict_is_skipped_and_the_others_are_reported(tmp_path):
+    invocation(tmp_path, [0])
+    invocation(tmp_path, [0], suite="robustness", budget="smoke")
+    newest = invocation(tmp_path, [0], suite="robustness", budget="quick")
+    result = report(tmp_path)
+    assert result.exit_code == 3, result.output
+    (skipped,) = [line for line in result.output.splitlines() if line.startswith("skipped: ")]
+    assert "suite 'robustness' has runs of budgets quick, smoke" in skipped
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## accuracy" in md and "## robustness" not in md and "Not reported: suite 'robustness'" in md
+    assert "## Claims" not in md and "claims" not in (tmp_path / "report" / "report.tex").read_text().lower()
+
+    latest = report(tmp_path, "latest=true", "--format", "json")
+    assert latest.exit_code == 0, latest.output
+    suites = {s["suite"]: s for s in json.loads(latest.stdout)["suites"]}
+    assert set(suites) == {"accuracy", "robustness"} and suites["robustness"]["runs"] == [newest]
+
+
+def test_the_claims_table_only_when_asked_and_no_absolute_path_in_any_output(tmp_path):
+    invocation(tmp_path, [0])
+    assert report(tmp_path).exit_code == 0
+    assert "## Claims" not in (tmp_path / "report" / "report.md").read_text()
+    result = report(tmp_path, "claims=true")
+    assert result.exit_code == 0, result.output
+    root = tmp_path / "report"
+    assert "## Claims" in (root / "report.md").read_text() and "Verdict rule" in (root / "report.tex").read_text()
+    for path in (p for p in tmp_path.joinpath("runs").rglob("*") if p.suffix in (".md", ".tex", ".csv")):
+        text = path.read_text()
+        assert str(tmp_path) not in text and "/root/" not in text and "/tmp/" not in text, path
+    runs = sorted(tmp_path.joinpath("runs").glob("*/*/report"))
+    assert len(runs) == 2  # each report in its own folder; report/ holds the latest's files
+    assert (runs[-1] / "report.md").read_text() == (root / "report.md").read_text()

@@ -65,7 +65,7 @@ class RunConfig:
     models: list[str] = field(default_factory=lambda: ["capsnet", "cnn_sabour", "cnn_9x9"])
     dataset: str = "mnist"
     device: str = "auto"  # auto: cuda if present, else cpu
-    output_dir: str = "results"
+    output_dir: str = "outputs"  # runs/<date>/<time>/ per run, <suite>/ the latest; not results/ (committed tables)
     cache_dir: str | None = None  # checkpoint cache; default: $CAPSBENCH_CACHE, else <output_dir>/checkpoints
     retrain: bool = False  # ignore cached checkpoints and train again
     data: DataConfig = field(default_factory=DataConfig)
@@ -94,7 +94,7 @@ class LatexConfig:
 class ReportConfig:
     """`capsbench report` settings: which tracked runs to tabulate and where to write the tables."""
 
-    suite: str | None = None  # default: every suite that has runs
+    suite: str | None = None  # default: every suite that has runs; claims: every suite and the claims table
     models: list[str] | None = None
     dataset: str | None = None
     budget: str | None = None  # required when the selected runs span several budgets
@@ -102,8 +102,10 @@ class ReportConfig:
     code: str | None = None  # code hash prefix (tag code.hash); required when the runs span several code versions
     since: str | None = None  # ISO date or date-time (UTC unless an offset is given), on the run's start
     until: str | None = None
-    output_dir: str = "results"  # tables go to <output_dir>/report/
+    output_dir: str = "outputs"  # runs/<date>/<time>/report/, copied to <output_dir>/report/
     baselines_dir: str | None = None  # default: the shipped baselines/
+    latest: bool = False  # per suite, only its newest run and the older ones measured alike
+    claims: bool = False  # judge the published claims on the reported suites and add the claims table
     one_seed_verdicts: bool = False  # allow supported / refuted from one training seed (marked "one seed")
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     latex: LatexConfig = field(default_factory=LatexConfig)

@@ -8,6 +8,7 @@ import hashlib
 import pickle
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -98,9 +99,15 @@ def _kind(tensor: torch.Tensor) -> str:
 
 
 def state_sha256(module: nn.Module) -> str:
-    """A SHA-256 of a module's state dict by content: each tensor's name, dtype, shape and bytes, in name order."""
+    """A SHA-256 of a module's state dict by content (tensors_sha256)."""
+    return tensors_sha256(module.state_dict())
+
+
+def tensors_sha256(state: Mapping[str, torch.Tensor]) -> str:
+    """A SHA-256 of a state dict by content: each tensor's name, dtype, shape and bytes, in name order. A module and the
+    file its state dict was saved to (any format) have the same one."""
     digest = hashlib.sha256()
-    for key, tensor in sorted(module.state_dict().items()):
+    for key, tensor in sorted(state.items()):
         flat = tensor.detach().cpu().contiguous().reshape(-1)
         digest.update(f"{key}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
         digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")

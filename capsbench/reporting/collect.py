@@ -1,5 +1,6 @@
 """Which tracked invocations a report may combine: filters, readable records, the no-silent-mixing checks (budget,
-capsbench version, code, settings), one value per seed."""
+capsbench version, code, settings, one set of weights per model), one value per seed, and each suite's newest run with
+the older ones measured alike."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
+from capsbench.reporting.frame import WEIGHTS
 from capsbench.tracking import UNTAGGED, Invocation, UnreadableRecords, read_records
 
 log = logging.getLogger(__name__)
@@ -27,8 +29,12 @@ NEUTRAL_PARAMS = (
     "device",
     "data.root",
     "data.download",
+    "launcher",
 )
-NEUTRAL_PREFIXES = ("tracking.", "model_args.")  # model_args: compared per model from the nested runs instead
+# model_args: compared per model from the nested runs instead; weights.<model> (a file's path) and register.<alias> (a
+# class's import path): the records name the weights by the hash of their tensors, compared per model (combine), so a
+# module given to capsbench.evaluate and its saved file are the same weights; ray./slurm.: how units were launched
+NEUTRAL_PREFIXES = ("tracking.", "model_args.", "weights.", "register.", "ray.", "slurm.")
 # model_train.<model>.<key> with these key prefixes train a model adversarially or augmented: its records then carry
 # a `training` column and form rows of their own, so such runs combine with standard ones (compared per protocol).
 TRAINING_KEYS = ("adversarial", "adv_", "augment", "affine_")
@@ -153,6 +159,21 @@ def _every_model(invocations: list[Invocation]) -> set[str]:
     return {m for inv in invocations for m in (*inv.model_args, *inv.model_code)}
 
 
+def newest_alike(invocations: list[Invocation], models: tuple[str, ...] | None = None) -> list[Invocation]:
+    """The newest invocation and every older one that can share its table (oldest first); the others are named in a
+    log line (latest=true)."""
+    kept: list[Invocation] = []
+    for inv in sorted(invocations, key=lambda i: i.start, reverse=True):
+        try:
+            check_comparable([*reversed(kept), inv] if kept else [inv], models)
+        except CapsbenchError as exc:
+            log.info("latest=true: run %s of %s left out (%s)", inv.run_id, inv.start.isoformat(timespec="seconds"),
+                     str(exc).split(" measured ")[-1][:200])
+            continue
+        kept.append(inv)
+    return sorted(kept, key=lambda i: i.start)
+
+
 def _code_label(code: str) -> str:
     """A code hash as 12 hex digits; "untagged" for runs logged before runs carried one (told apart by commit)."""
     return "untagged" if code.startswith(UNTAGGED) else code[:12]
@@ -223,7 +244,23 @@ def combine(
         m: i for i, m in enumerate(dict.fromkeys(m for inv in invocations for m in records[inv.run_id]["model"]))
     }
     out = out.sort_values("model", key=lambda col: col.map(first_seen), kind="stable").reset_index(drop=True)
-    return out if models is None else out[out["model"].isin(models)].reset_index(drop=True)
+    out = out if models is None else out[out["model"].isin(models)].reset_index(drop=True)
+    _check_weights(out, invocations[0].suite)
+    return out
+
+
+def _check_weights(records: pd.DataFrame, suite: str) -> None:
+    """One set of weights per model measured with weights trained elsewhere (by the hash of their tensors)."""
+    if WEIGHTS not in records:
+        return
+    for model, part in records.dropna(subset=[WEIGHTS]).groupby("model", sort=False):
+        shas = sorted(set(part[WEIGHTS]))
+        if len(shas) > 1:
+            raise CapsbenchError(
+                f"suite {suite!r}: model {model!r} was measured with {len(shas)} different weights (sha256 "
+                f"{', '.join(s[:12] for s in shas)}); their numbers cannot share a table: narrow the selection with "
+                "since=/until= or latest=true"
+            )
 
 
 def _row_keys(frame: pd.DataFrame) -> list[tuple[str, str, str, int]]:

@@ -1,5 +1,7 @@
 """Figures in one house style, sized for one column of a two-column paper (3.3 in wide): metrics against a sweep
-with Wilson-interval (one seed) or std (several seeds) bands, accuracy against MACs; saved as PDF and PNG."""
+with Wilson-interval (one seed) or std (several seeds) bands, accuracy against MACs; saved as PDF and PNG. Each model
+has one look (capsbench.reporting.palette) in every figure; with one model, the panels of a faceted figure become
+lines of one panel."""
 
 from __future__ import annotations
 
@@ -15,40 +17,19 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
-from capsbench.models import MODELS  # noqa: E402
 from capsbench.reporting.frame import ordered_values, row_models, select  # noqa: E402
+from capsbench.reporting.palette import Look, model_look, series_look  # noqa: E402
 from capsbench.suites.layout import SweepPlot  # noqa: E402
 from capsbench.util.atomic import atomic_file  # noqa: E402
 from capsbench.util.style import STYLE, WIDTH  # noqa: E402
-
-PALETTE = plt.get_cmap("tab10").colors
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h")  # models stay apart in greyscale too
-
-
-def _model_index(model: str) -> int:
-    """A model's position in the model registry (torch-free); a row such as "capsnet (training=pgd)" is its model's
-    position offset by a fixed amount, so it keeps a look of its own."""
-    names = MODELS.names()
-    base, _, variant = model.partition(" (")
-    if base in names:
-        return names.index(base) + (3 + sum(map(ord, variant)) if variant else 0)
-    return len(names) + sum(map(ord, model))
-
-
-def model_color(model: str) -> tuple[float, ...]:
-    """The same colour for a model in every figure: its position in the model registry."""
-    return PALETTE[_model_index(model) % len(PALETTE)]
-
-
-def model_marker(model: str) -> str:
-    """The same marker for a model in every figure, so that lines and points differ without colour."""
-    return MARKERS[_model_index(model) % len(MARKERS)]
 
 
 def sweep_figure(frame: pd.DataFrame, spec: SweepPlot, suite: Any) -> Figure | None:
     """spec's metrics against spec.x from tidy records; None when the records have nothing to draw."""
     data = select(frame[frame["metric"].isin(spec.metrics)], spec.keep, spec.drop)
     data = data.assign(model=row_models(data))  # a PGD-trained model is a line of its own: "capsnet (training=pgd)"
+    if spec.facet and len(data.groupby(["model", "dataset"])) == 1:
+        return _overlaid(data, spec, suite)
     facets = ordered_values(data, spec.facet.by, spec.facet.order) if spec.facet else [None]
     panels = [
         (m, f) for m in spec.metrics for f in facets if not _panel(data, spec, m, f).dropna(subset=[spec.x]).empty
@@ -118,18 +99,44 @@ def _draw(ax: Any, part: pd.DataFrame, x: str, several: bool, handles: dict[str,
     """One line per model with its band; a model without x values is a dashed reference line."""
     for (model, dataset), rows in part.groupby(["model", "dataset"], sort=False):
         label = f"{model} / {dataset}" if several else model
-        color = model_color(model)
-        swept = rows.dropna(subset=[x])
-        if swept.empty:
-            handles.setdefault(label, ax.axhline(rows["value"].mean(), color=color, linestyle="--", linewidth=1.0))
-            continue
-        stats = _stats(swept, x)
-        (line,) = ax.plot(stats.index, stats["mean"], marker=model_marker(model), color=color)
-        if stats["low"].notna().any():
-            ax.fill_between(stats.index, stats["low"], stats["high"], color=color, alpha=0.18, linewidth=0)
-        handles.setdefault(label, line)
+        _line(ax, rows, x, model_look(model), label, handles)
     if len(part) and all(float(v).is_integer() for v in part[x].dropna()):
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+
+
+def _line(ax: Any, rows: pd.DataFrame, x: str, look: Look, label: str, handles: dict[str, Any]) -> None:
+    """One series with its band in its look; without x values, a dashed reference line at its mean."""
+    swept = rows.dropna(subset=[x])
+    if swept.empty:
+        handles.setdefault(label, ax.axhline(rows["value"].mean(), color=look.color, linestyle="--", linewidth=1.0))
+        return
+    stats = _stats(swept, x)
+    (line,) = ax.plot(stats.index, stats["mean"], marker=look.marker, linestyle=look.linestyle, color=look.color)
+    if stats["low"].notna().any():
+        ax.fill_between(stats.index, stats["low"], stats["high"], color=look.color, alpha=0.18, linewidth=0)
+    handles.setdefault(label, line)
+
+
+def _overlaid(data: pd.DataFrame, spec: SweepPlot, suite: Any) -> Figure | None:
+    """One model's faceted figure as one panel: a line per facet value (e.g. per attack), in the facets' order."""
+    facets = [f for f in ordered_values(data, spec.facet.by, spec.facet.order)
+              if not _panel(data, spec, spec.metrics[0], f).dropna(subset=[spec.x]).empty]
+    if not facets:
+        return None
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(WIDTH, 2.4))
+        handles: dict[str, Any] = {}
+        for i, facet in enumerate(facets):
+            _line(ax, _panel(data, spec, spec.metrics[0], facet), spec.x, series_look(i), spec.facet.label(facet),
+                  handles)
+        metric = spec.metrics[0]
+        ax.set_ylabel(spec.ylabels[0] if spec.ylabels else f"{metric.replace('_', ' ')} ({suite.metric(metric).unit})")
+        ax.set_xlabel(spec.xlabel or spec.x)
+        ax.set_title(str(data["model"].iloc[0]))
+        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                   ncol=min(3, len(handles)), frameon=False)
+        fig.tight_layout(pad=0.3)
+    return fig
 
 
 def _stats(rows: pd.DataFrame, x: str) -> pd.DataFrame:
@@ -154,9 +161,9 @@ def accuracy_vs_cost(points: pd.DataFrame, *, xlabel: str, ylabel: str) -> Figur
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(WIDTH, 2.4))
         for p in points.itertuples(index=False):
-            color = model_color(p.model)
+            look = model_look(p.model)
             err = [[p.mean - p.low], [p.high - p.mean]] if pd.notna(p.low) else None
-            ax.errorbar([p.cost], [p.mean], yerr=err, fmt=model_marker(p.model), color=color, capsize=2)
+            ax.errorbar([p.cost], [p.mean], yerr=err, fmt=look.marker, color=look.color, capsize=2, label=p.model)
             ax.annotate(p.model, (p.cost, p.mean), textcoords="offset points", xytext=(4, 3), fontsize=7)
         ax.set_xscale("log")
         # Ticks at 1, 2 and 5 of each decade as plain numbers; unlabelled minor ticks (matplotlib labels minor ticks

@@ -3,7 +3,8 @@ and the footnotes; long tables are split into parts here so that every format sp
 
 from __future__ import annotations
 
-import math
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 
@@ -68,6 +69,7 @@ class Table:
     references: list[str] = field(default_factory=list)  # citation of ref i at index i - 1
     notes: list[str] = field(default_factory=list)  # what a reader of the table needs: legends, n, seeds, bold
     remarks: list[str] = field(default_factory=list)  # the suite's diagnostics under its first table (flags fired)
+    intervals: bool = True  # False: renderers leave each cell's 95 % interval out (a compact table; a note says why)
 
     @property
     def max_seeds(self) -> int:
@@ -92,53 +94,80 @@ class Table:
         return tuple(out)
 
 
-def split_parts(table: Table, max_columns: int) -> list[Table]:
-    """The table as parts of at most `max_columns` value columns, each repeating the row labels. Columns under one
-    group header stay together where they fit (a longer group is split evenly: 11 columns become 6 + 5) and a
-    published column stays with its measured one. Rows left without a value in a part are dropped. A flags column
-    (per row, narrow; LaTeX sets it as marks) is not counted and follows every part."""
+def split_parts(table: Table, max_columns: int, fits: Callable[[Table], bool] | None = None) -> list[Table]:
+    """The table in as few parts as hold every value column (at most `max_columns` each, and each one that `fits`),
+    each repeating the row labels: contiguous runs of columns, cut between groups (e.g. eps columns) where possible, as
+    even as possible, never a part of one column when there are more; a published column stays with its measured one.
+    Rows left without a value in a part are dropped. A flags column (per row, narrow; LaTeX sets it as marks) is not
+    counted and follows every part."""
     flags = [h for h in table.headers if h.kind == "flags"]
-    values = [h for h in table.headers if h.kind != "flags"]
-    if len(values) <= max_columns:
+    atoms = _atoms([h for h in table.headers if h.kind != "flags"])
+    columns = sum(len(a) for a in atoms)
+    if columns <= max_columns and (fits is None or fits(table)):
         return [table]
-    units = _units(values, max_columns)
-    even = math.ceil(len(values) / math.ceil(len(values) / max_columns))
-    chunks = min((_pack(units, even), _pack(units, max_columns)), key=len)  # even parts unless that needs more
+
+    def feasible(i: int, j: int) -> bool:  # atoms[i:j] as one part
+        width = sum(len(a) for a in atoms[i:j])
+        return width <= max_columns and (width > 1 or columns == 1) and (
+            fits is None or fits(_subset(table, [h for a in atoms[i:j] for h in a] + flags, table.name, table.title)))
+
+    ok = functools.cache(feasible)
+    for k in range(2, len(atoms) + 1):
+        cuts = _best_cuts(atoms, k, ok, columns / k)
+        if cuts is not None:
+            break
+    else:
+        cuts = list(range(1, len(atoms)))  # one atom a part: the most that can be done
+    bounds = list(zip([0, *cuts], [*cuts, len(atoms)]))
     parts = []
-    for n, headers in enumerate(chunks, 1):
+    for n, (i, j) in enumerate(bounds, 1):
+        headers = [h for a in atoms[i:j] for h in a]
         name = table.name if n == 1 else f"{table.name}-{n}"
-        parts.append(_subset(table, headers + flags, name, f"{table.title} (part {n} of {len(chunks)})"))
+        parts.append(_subset(table, headers + flags, name, f"{table.title} ({_part_label(headers, n, len(bounds))})"))
     return parts
 
 
-def _pack(units: list[list[Header]], limit: int) -> list[list[Header]]:
-    chunks: list[list[Header]] = [[]]
-    for unit in units:
-        if chunks[-1] and len(chunks[-1]) + len(unit) > limit:
-            chunks.append([])
-        chunks[-1].extend(unit)
-    return chunks
-
-
-def _units(headers: list[Header], max_columns: int) -> list[list[Header]]:
-    """Runs of columns that should stay together: a group's columns (evenly split when longer than max_columns),
-    or one column; a published column joins the column before it."""
-    runs: list[list[Header]] = []
+def _atoms(headers: list[Header]) -> list[list[Header]]:
+    """Columns that never part: a measured column and the published one after it."""
+    atoms: list[list[Header]] = []
     for h in headers:
-        if runs and (h.kind == "published" or (h.group and h.group == runs[-1][-1].group)):
-            runs[-1].append(h)
+        if atoms and h.kind == "published":
+            atoms[-1].append(h)
         else:
-            runs.append([h])
-    units = []
-    for run in runs:
-        k = math.ceil(len(run) / max_columns)
-        size = math.ceil(len(run) / k)
-        pieces = [run[i:i + size] for i in range(0, len(run), size)]
-        for a, b in zip(pieces, pieces[1:]):  # never leave a published column at the start of a piece
-            while b and b[0].kind == "published":
-                a.append(b.pop(0))
-        units += [p for p in pieces if p]
-    return units
+            atoms.append([h])
+    return atoms
+
+
+def _best_cuts(atoms: list[list[Header]], k: int, ok: Callable[[int, int], bool], even: float) -> list[int] | None:
+    """Where to cut the atoms into k feasible parts: fewest cuts inside a group (or a run of ungrouped columns), then
+    the most even widths of the parts such a cut makes, then the widest first parts; None when no such cut exists."""
+    n = len(atoms)
+    inside = [0 < i < n and atoms[i][0].group == atoms[i - 1][0].group for i in range(n + 1)]  # "" == "": plain
+    best: dict[tuple[int, int], tuple[float, list[int]]] = {(0, 0): (0.0, [])}  # (atoms, parts) -> cost, cuts
+    for parts in range(1, k + 1):
+        for j in range(parts, n + 1):
+            options = []
+            for i in range(j - 1, parts - 2, -1):  # later cuts first: of two as even, the first part wider
+                if (i, parts - 1) in best and ok(i, j):
+                    cost, cuts = best[(i, parts - 1)]
+                    width = sum(len(a) for a in atoms[i:j])
+                    split = (i > 0 and inside[i]) or (j < n and inside[j])  # the part cuts a group: keep it even
+                    cost += (i > 0 and inside[i]) + 0.01 * split * (width - even) ** 2
+                    options.append((cost, [*cuts, i] if i > 0 else cuts))
+            if options:
+                best[(j, parts)] = min(options, key=lambda o: o[0])
+    found = best.get((n, k))
+    return None if found is None else found[1]
+
+
+def _part_label(headers: list[Header], n: int, k: int) -> str:
+    """"part 2 of 3", with the columns it holds where one sweep names them: "part 1 of 2: clean, eps=0.05-0.15"."""
+    sweeps = [h for h in headers if h.over and h.kind == "measured"]
+    if not sweeps or len({(h.over, h.group) for h in sweeps}) > 1:
+        return f"part {n} of {k}"
+    plain = [h.label for h in headers if not h.over and h.kind == "measured"]
+    span = sweeps[0].label if len(sweeps) == 1 else f"{sweeps[0].label}–{sweeps[-1].label}"
+    return f"part {n} of {k}: " + ", ".join([*plain, f"{sweeps[0].over}={span}"])
 
 
 def _subset(table: Table, headers: list[Header], name: str, title: str) -> Table:
@@ -154,6 +183,6 @@ def _subset(table: Table, headers: list[Header], name: str, title: str) -> Table
     return Table(
         name=name, title=title, index_names=table.index_names, rows=[table.rows[i] for i in kept], headers=headers,
         cells=cells, best={(new[i], k) for i, k in table.best if k in keys and i in new},
-        blocked=table.blocked,
+        blocked=table.blocked, intervals=table.intervals,
         references=[table.references[r - 1] for r in refs], notes=table.notes, remarks=table.remarks,
     )

@@ -37,14 +37,14 @@ def suite_layout(suite: Any) -> Layout:
 def write_suite(out_dir: Path, records: list[dict[str, Any]], suite: Any, reported: list[dict[str, Any]] | None = None,
                 *, notes: Sequence[str] = (), narrow_eps: Sequence[float] | None = None) -> SuiteOutput:
     """Build and write a suite's tables and figures under out_dir. table.tex holds table* floats (a one-column paper,
-    or both columns of a two-column one); table-narrow.tex the same tables for one column of a two-column paper, in
-    parts of at most latex.NARROW_COLUMNS value columns (fewer where a part would be wider than the column), with
-    only the eps columns in `narrow_eps` when given."""
+    or both columns of a two-column one); table-narrow.tex the same tables for one column of a two-column paper: one
+    float per table, without each cell's interval, in parts only where a table cannot fit the column
+    (latex.fits_column), with only the eps columns in `narrow_eps` when given."""
     frame = records_frame(records, suite)
     layout = suite_layout(suite)
     tables = build_tables(frame, suite, layout, reported, notes)
-    narrow = build_tables(frame, suite, layout, reported, notes, max_columns=latex.NARROW_COLUMNS,
-                          sweep_values={"eps": tuple(narrow_eps)} if narrow_eps else None, fits=latex.fits_column)
+    narrow = build_tables(frame, suite, layout, reported, notes, fits=latex.fits_column, intervals=False,
+                          sweep_values={"eps": tuple(narrow_eps)} if narrow_eps else None)
     texts = {
         "records.csv": frame.to_csv(index=False),
         "table.md": markdown.render_tables(tables) if tables else "No records to tabulate.\n",

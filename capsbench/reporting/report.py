@@ -1,11 +1,13 @@
 """`capsbench report`: per-suite tables and figures from every selected tracked run, published numbers beside
-measured ones, and one report.md and standalone report.tex assembling them all."""
+measured ones, and one report.md and standalone report.tex assembling them all (the claims table only when asked). A
+suite whose runs cannot share a table is skipped with its reason while the others are reported; latest=true takes
+each suite's newest run and the older ones measured alike."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from capsbench.reporting.collect import (
     Selection,
     check_comparable,
     combine,
+    newest_alike,
     parse_when,
     protocol_params,
     readable_records,
@@ -31,9 +34,12 @@ from capsbench.reporting.collect import (
 from capsbench.reporting.document import Document, Figure, Run, Section, render_latex, render_markdown
 from capsbench.reporting.figures import accuracy_vs_cost, save_figure
 from capsbench.reporting.outputs import write_suite
+from capsbench.reporting.settings import changed_settings
 from capsbench.suites import CATALOG, SUITES
 from capsbench.tracking import read_invocations
 from capsbench.util.atomic import write_text
+from capsbench.util.folders import new_run_folder, publish_latest
+from capsbench.util.uris import shown_uri
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +50,24 @@ class Report:
     markdown: Path  # report.md
     latex: Path  # report.tex
     claims: list[verdicts.Judgement]
+    skipped: dict[str, str] = field(default_factory=dict)  # suite -> why its runs were not reported (one line)
+    latest: Path | None = None  # <output_dir>/report/: the copy of the latest report
 
 
 def selection(cfg: DictConfig) -> Selection:
-    """The report's run filters from its config."""
-    if cfg.suite is not None:
-        SUITES.get(cfg.suite)  # an unknown name fails here with close matches
+    """The report's run filters from its config (suite=claims: every suite, and the claims table)."""
+    suite = None if cfg.suite == CLAIMS_SUITE else cfg.suite
+    if suite is not None:
+        SUITES.get(suite)  # an unknown name fails here with close matches
     return Selection(
-        suite=cfg.suite, models=tuple(cfg.models) if cfg.models else None, dataset=cfg.dataset, budget=cfg.budget,
+        suite=suite, models=tuple(cfg.models) if cfg.models else None, dataset=cfg.dataset, budget=cfg.budget,
         version=cfg.version, code=cfg.code, since=parse_when(cfg.since, "since"), until=parse_when(cfg.until, "until"),
     )
 
 
 def build_report(cfg: DictConfig) -> Report:
-    """Read the selected finished runs, tabulate each suite, write everything under <output_dir>/report/."""
+    """Read the selected finished runs, tabulate each suite whose runs can share a table, write everything under the
+    report's own folder (<output_dir>/runs/<date>/<time>/report/) and copy it to <output_dir>/report/."""
     sel = selection(cfg)
     found = read_invocations(cfg.tracking.uri, cfg.tracking.experiment)
     claims_runs = [inv for inv in found if inv.suite == CLAIMS_SUITE]
@@ -71,9 +81,7 @@ def build_report(cfg: DictConfig) -> Report:
             f"no finished runs at {cfg.tracking.uri} match the filters (suite/budget/dataset found: {have}); "
             "loosen suite=, budget=, dataset=, models=, since= or until="
         )
-    entries = load_baselines(Path(cfg.baselines_dir) if cfg.baselines_dir else None)
-    root = Path(cfg.output_dir) / "report"
-    frames, unreadable = {}, False
+    frames, skipped = {}, {}
     for suite_name in sorted({inv.suite for inv in chosen}):
         if suite_name not in SUITES:
             log.warning("skipping suite %r: this capsbench does not define it", suite_name)
@@ -81,40 +89,52 @@ def build_report(cfg: DictConfig) -> Report:
         records = readable_records(cfg.tracking.uri, [inv for inv in chosen if inv.suite == suite_name])
         invs = [inv for inv in chosen if inv.run_id in records]
         if not invs:
-            log.warning("skipping suite %r: none of its runs has readable records", suite_name)
-            unreadable = True
+            skipped[suite_name] = (f"suite {suite_name!r}: none of the selected runs has readable records (each is "
+                                   "named in a warning above); rerun their commands, or narrow the selection")
             continue
-        check_comparable(invs, sel.models)
-        frame = combine(invs, records, sel.models)
+        try:
+            invs = newest_alike(invs, sel.models) if cfg.latest else invs
+            check_comparable(invs, sel.models)
+            frame = combine(invs, records, sel.models)
+        except CapsbenchError as exc:
+            skipped[suite_name] = str(exc)
+            continue
         frames[suite_name] = (invs, frame)
         check_narrow_eps(suite_name, frame, cfg.latex.eps)  # before anything is written
-    if not frames and unreadable:
-        raise CapsbenchError(
-            f"none of the selected runs has readable records at {cfg.tracking.uri} (each is named in a warning "
-            "above); rerun their commands, or narrow the selection to runs that have them"
-        )
+    if not frames:
+        raise CapsbenchError("no suite can be reported: " + "; ".join(skipped.values()))
+    for name, why in skipped.items():
+        log.warning("skipping suite %s: %s", name, why)
+    entries = load_baselines(Path(cfg.baselines_dir) if cfg.baselines_dir else None)
+    folder = new_run_folder(cfg.output_dir)
+    root = folder / "report"
     sections = [_section(name, invs, frame, entries, root, cfg.latex.eps) for name, (invs, frame) in frames.items()]
     filters = ", ".join(
         f"{k}={cfg[k]}"
-        for k in ("suite", "models", "dataset", "budget", "version", "code", "since", "until")
-        if cfg[k] is not None
+        for k in ("suite", "models", "dataset", "budget", "version", "code", "since", "until", "latest")
+        if cfg[k] not in (None, False)
     )
-    judged = verdicts.judge_all(
-        load_claims(Path(cfg.baselines_dir) if cfg.baselines_dir else None),
-        {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections},
-        cfg.one_seed_verdicts,
-    )
+    judged = []
+    if cfg.claims or cfg.suite == CLAIMS_SUITE:
+        judged = verdicts.judge_all(
+            load_claims(Path(cfg.baselines_dir) if cfg.baselines_dir else None),
+            {s.suite: verdicts.Run(s.output.frame, s.model_args, s.settings, s.budget) for s in sections},
+            cfg.one_seed_verdicts,
+        )
     doc = Document(
         datetime.now(timezone.utc),
-        f"{cfg.tracking.uri} (experiment {cfg.tracking.experiment})",
+        f"{shown_uri(cfg.tracking.uri, Path(cfg.output_dir))} (experiment {cfg.tracking.experiment})",
         filters,
         sections,
         _cost_figures(sections, root),
         judged,
+        skipped,
     )
-    paths = Report(sections, root / "report.md", root / "report.tex", judged)
+    paths = Report(sections, root / "report.md", root / "report.tex", judged, skipped)
     write_text(paths.markdown, render_markdown(doc, root))
     write_text(paths.latex, render_latex(doc, root))
+    publish_latest(root, Path(cfg.output_dir) / "report")
+    paths.latest = Path(cfg.output_dir) / "report"
     return paths
 
 
@@ -139,6 +159,7 @@ def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: li
         seeds={m: sorted(int(s) for s in part["seed"].unique()) for m, part in frame.groupby("model", sort=False)},
         settings=protocol_params(first),
         model_args=model_args,
+        changed=changed_settings(first.params, name, first.budget),
     )
 
 

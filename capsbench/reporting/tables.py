@@ -26,11 +26,12 @@ ROW_MODEL = "row_model"  # frame.row_models: the model, with " (training=pgd)" w
 def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list[dict[str, Any]] | None = None,
                  notes: Sequence[str] = (), *, max_columns: int | None = None,
                  sweep_values: Mapping[str, Sequence[Any]] | None = None,
-                 fits: Callable[[Table], bool] | None = None) -> list[Table]:
-    """Every table of the layout that has records (split tables once per value, long ones in parts of at most
-    `max_columns` value columns, or the table's own limit if lower, and fewer until every part `fits`); the suite's
-    `notes` are the first table's remarks. `sweep_values` keeps only those values of a swept column (e.g.
-    {"eps": [0.1, 0.2, 0.3]})."""
+                 fits: Callable[[Table], bool] | None = None, intervals: bool = True) -> list[Table]:
+    """Every table of the layout that has records (split tables once per value; one too long or too wide in the
+    fewest parts of at most `max_columns` value columns, or the table's own limit if lower, that each `fits`: see
+    split_parts); the suite's `notes` are the first table's remarks. `sweep_values` keeps only those values of a swept
+    column (e.g. {"eps": [0.1, 0.2, 0.3]}); intervals=False: the cells show no 95 % interval (a note gives the
+    widest)."""
     index = PublishedIndex(reported or [])
     frame = frame.assign(**{ROW_MODEL: row_models(frame)})
     out: list[Table] = []
@@ -46,21 +47,12 @@ def build_tables(frame: pd.DataFrame, suite: Any, layout: Layout, reported: list
             if part.empty:
                 continue
             fixed = {} if value is None else {spec.split.by: value}
-            table = _Builder(frame, part, suite, spec, index, fixed, sweep_values or {}).build(name, title)
+            table = _Builder(frame, part, suite, spec, index, fixed, sweep_values or {}, intervals).build(name, title)
             if table.rows:
-                out += _split(table, min(spec.max_columns, max_columns or spec.max_columns), fits)
+                out += split_parts(table, min(spec.max_columns, max_columns or spec.max_columns), fits)
     if out:
         out[0].remarks = list(notes)
     return out
-
-
-def _split(table: Table, limit: int, fits: Callable[[Table], bool] | None) -> list[Table]:
-    """The table in parts of at most `limit` value columns, fewer where a part would not fit (one at the least)."""
-    for k in range(limit, 1, -1):
-        parts = split_parts(table, k)
-        if fits is None or all(fits(p) for p in parts):
-            return parts
-    return split_parts(table, 1)
 
 
 def _slug(text: str) -> str:
@@ -79,6 +71,7 @@ class _Builder:
         index: PublishedIndex,
         fixed: dict[str, Any],
         sweep_values: Mapping[str, Sequence[Any]],
+        intervals: bool = True,
     ) -> None:
         self.frame, self.data, self.suite, self.spec, self.index, self.fixed = frame, data, suite, spec, index, fixed
         self.sweep_values = sweep_values
@@ -95,6 +88,7 @@ class _Builder:
             rows=[self._labels(k) for k in self.keys],
             headers=[],
             blocked=spec.blocks is not None,
+            intervals=intervals,
         )
 
     def build(self, name: str, title: str) -> Table:
@@ -309,8 +303,12 @@ def _cells_note(t: Table, compared: bool) -> str:
     text = f"{'/'.join(map(str, seeds))} seed(s)" + ("; mean ± sample std" if max(seeds, default=1) > 1 else "")
     if len(seeds) > 1:
         text += " ((n=k): a cell with fewer seeds)"
-    if images:
+    if images and t.intervals:
         text += f"; one seed: value and its 95 % Wilson interval over {'/'.join(map(str, images))} test images"
+    elif images:
+        wide = max((c.interval[1] - c.interval[0]) / 2 for c in measured if c.interval)
+        text += (f"; one seed: value over {'/'.join(f'{n:,}' for n in images)} test images (95 % Wilson intervals "
+                 f"within ±{wide:.1f} points; table.tex gives each)")
     if compared:
         text += (
             "; bold: significantly better than the runner-up (paired McNemar on the same images, else Welch's "

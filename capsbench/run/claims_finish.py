@@ -1,6 +1,6 @@
 """The finish step of `capsbench run suite=claims`: judge each chosen claim on the records of its own units (measured by
 the driver like any suite's) and write the claims table and one report over the sections' tables under
-<output_dir>/claims/."""
+claims/ of the run's folder (copied to <output_dir>/claims/)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim
 from capsbench.reporting.claims_report import ClaimsRun, write_claims
 from capsbench.reporting.document import Run, Section
 from capsbench.reporting.frame import records_frame
+from capsbench.reporting.settings import changed_settings
 from capsbench.reporting.verdicts import NO_RECORDS, PROTOCOL_NOT_MET, Judgement, judge, render_markdown, verdict_counts
 from capsbench.reporting.verdicts import Run as Evidence
 from capsbench.run.driver import SuiteResult, records_jsonl
@@ -37,28 +38,30 @@ class JudgeClaims:
         unplanned: claim id -> why its protocol cannot be met at the run's budget and what it would cost (no units).
         sections: section key -> the keys of its units.
         one_seed: allow verdicts from one seed; budget, seeds: the run's; command: the command line as typed.
+        store: the MLflow store as the files name it (capsbench.util.uris.shown_uri).
     """
 
     name = CLAIMS_SUITE
 
     def __init__(self, *, claims: list[Claim], units: dict[str, list[UnitSpec]], lacking: dict[str, list[str]],
                  unplanned: dict[str, str], sections: dict[str, set[str]], one_seed: bool, budget: str,
-                 seeds: list[int], output_dir: str, tracking_uri: str, command: str) -> None:
+                 seeds: list[int], store: str, command: str) -> None:
         self.claims, self.units, self.lacking, self.sections = claims, units, lacking, sections
         self.unplanned = unplanned
         self.one_seed = one_seed
         self.budget, self.seeds, self.command = budget, seeds, command
-        self.root, self.tracking_uri = Path(output_dir) / CLAIMS_SUITE, tracking_uri
+        self.store = store  # the MLflow store as the files show it (no absolute local path)
         self.params = {"claims": [c.id for c in claims]}
         self.started = datetime.now(timezone.utc)
 
-    def __call__(self, sections: list[SuiteResult], done: dict[str, UnitResult], run_id: str | None) -> Finished:
+    def __call__(self, sections: list[SuiteResult], done: dict[str, UnitResult], run_id: str | None,
+                 root: Path) -> Finished:
         judged = [self._judgement(c, done) for c in self.claims]
-        source = f"MLflow run {run_id} in {self.tracking_uri}" if run_id else "tracking off"
+        source = f"MLflow run {run_id} in {self.store}" if run_id else "tracking off"
         run = ClaimsRun(self.budget, __version__, self.seeds, run_id, source, self.command, self.started)
         parts = [self._section(s, done, run) for s in sections if s.output is not None]
-        paths = write_claims(self.root, judged, self.lacking, parts, run)
-        paths["records.jsonl"] = self.root / "records.jsonl"
+        paths = write_claims(root, judged, self.lacking, parts, run)
+        paths["records.jsonl"] = root / "records.jsonl"
         write_text(paths["records.jsonl"], records_jsonl([r for s in sections for r in s.records]))
         counts = verdict_counts(judged)
         return Finished(paths, render_markdown(judged),
@@ -84,6 +87,8 @@ class JudgeClaims:
             seeds={m: sorted(int(s) for s in g["seed"].unique()) for m, g in frame.groupby("model", sort=False)},
             settings=_flat(OmegaConf.to_container(result.cfg, resolve=True)),
             model_args={r.spec.model: logged_args(r) for r in finished},
+            changed=changed_settings({k: str(v) for k, v in flatten(OmegaConf.to_container(result.cfg, resolve=True))
+                                      .items()}, result.cfg.suite, run.budget),
         )
 
     def _judgement(self, claim: Claim, done: dict[str, UnitResult]) -> Judgement:

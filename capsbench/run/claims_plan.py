@@ -30,12 +30,14 @@ from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitSpec
 from capsbench.suites import CATALOG, SUITES
 from capsbench.util.registry import close_matches
+from capsbench.util.uris import shown_uri
 
 log = logging.getLogger(__name__)
 OWN_KEYS = ("claims", "one_seed_verdicts", "baselines_dir")  # read here, not by the suites
 CHOSEN_BY_CLAIMS = ("models", "dataset", "model_args", "model_train")  # each claim names its own
 DEFAULT_SEEDS = [0, 1, 2]
 TRAINING_KEYS = {"pgd": "adversarial", "affine": "augment"}  # a side's `training` -> model_train.<model>.<key>
+DATA_ROOT = "<data.root>"  # stands for the data folder in the lines the claims files keep
 
 
 @dataclass
@@ -112,7 +114,7 @@ def plan_claims(request: Request, command: str = "") -> ClaimPlan:
     claim_plan.plan.finish = JudgeClaims(
         claims=claims, units=units, lacking=lacking, unplanned=unplanned,
         sections={s.key: {u.key for u in s.units} for s in sections}, one_seed=claim_plan.one_seed,
-        budget=base.budget, seeds=list(base.seeds), output_dir=base.output_dir, tracking_uri=base.tracking.uri,
+        budget=base.budget, seeds=list(base.seeds), store=shown_uri(base.tracking.uri, base.output_dir),
         command=command)
     return claim_plan
 
@@ -164,8 +166,8 @@ def _notes(p: ClaimPlan) -> list[tuple[int, str]]:
                                     f"{p.estimates[cid].words()} still to run"))
     notes.append((logging.INFO, f"estimated time of the units still to run: {p.total.words()} on 2 CPU cores"
                                 + (f" ({p.total.why})" if p.total.why else "")))
-    notes += [(logging.WARNING, f"claim {cid} is not planned, its data files are absent: {'; '.join(lines)}")
-              for cid, lines in p.lacking.items()]
+    notes += [(logging.WARNING, f"claim {cid} is not planned, its data files are absent (data.root={cfg.data.root}): "
+                                f"{'; '.join(lines)}") for cid, lines in p.lacking.items()]
     notes += [(logging.WARNING, f"claim {cid} is not planned: {why}") for cid, why in p.unplanned.items()]
     notes += [(logging.WARNING, f"claim {cid}: {'; '.join(lines)}") for cid, lines in p.downloads.items()]
     return notes
@@ -223,8 +225,11 @@ def _chosen(own: dict[str, Any], ids: list[str]) -> set[str] | None:
 
 
 def _absent_line(name: str, paths: list[Path], root: Path) -> str:
-    files = ", ".join(str(p) for p in paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
-    return f"{name}: absent {files}; get them {DATA_FILES[name].how_to_get(root)}"
+    """Which files of a dataset are absent, relative to data.root (the line goes into the claims files: no local
+    absolute path), and where to get them."""
+    shown = [p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name for p in paths]
+    files = ", ".join(shown[:4]) + (f" and {len(shown) - 4} more" if len(shown) > 4 else "")
+    return f"{name}: absent under data.root: {files}; get them {DATA_FILES[name].how_to_get(Path(DATA_ROOT))}"
 
 
 def _canonical(value: Any) -> str:

@@ -1,7 +1,8 @@
 """The driver: run a plan (sections of units, then an optional finish step such as judging claims): reuse the units an
 earlier run of the same command finished, launch the rest, keep each result on disk and log its MLflow run as it runs
-(started, epoch curves, records), then write every section's tables and run the finish step. A section with a failed
-unit gets its tables from the units that finished and a FAILED parent run.
+(started, epoch curves, records), then write every section's tables and run the finish step into the run's own folder
+(capsbench.util.folders), copied to <output_dir>/<suite>/ as the latest run's files. A section with a failed unit gets
+its tables from the units that finished and a FAILED parent run.
 
 Only the driver writes MLflow runs and tables; units (wherever a launcher runs them) only return results and events.
 Every unit runs with the thread count its spec fixes (threads=, else this driver's auto_threads()), whatever the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from omegaconf import DictConfig
 from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
+from capsbench.reporting.headline import headline, unit_headline
 from capsbench.reporting.outputs import SuiteOutput, write_suite
 from capsbench.run.external import code_tags, weights_notes
 from capsbench.run.launchers import make_launcher
@@ -30,10 +33,11 @@ from capsbench.run.model_trial import try_external_models
 from capsbench.run.plan import Finished, Plan, Section, suite_plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
-from capsbench.run.workload import Work, plan_work
+from capsbench.run.workload import Credits, plan_work
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
-from capsbench.util.atomic import write_text
+from capsbench.util.atomic import atomic_file, write_text
+from capsbench.util.folders import new_run_folder, publish_latest, run_stamp
 from capsbench.util.hashing import package_hash
 from capsbench.util.progress import Progress
 from capsbench.util.signals import shielded
@@ -55,6 +59,9 @@ class SuiteResult:
     key: str = ""  # the section's key in its plan
     cfg: DictConfig | None = None
     output: SuiteOutput | None = None  # its tables and frame (None when no unit finished)
+    latest: Path | None = None  # <output_dir>/<folder>/: the copy of the latest run's files (None: nothing written)
+    headline: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> its first table's numbers
+    experiment_id: str | None = None  # the MLflow experiment of its runs (None: tracking off)
 
 
 @dataclass
@@ -64,6 +71,8 @@ class RunResult:
     sections: list[SuiteResult]
     finished: Finished | None = None
     run_id: str | None = None  # the finish step's parent run
+    folder: Path | None = None  # the run's own folder, <output_dir>/runs/<date>/<time>/
+    experiment_id: str | None = None  # the MLflow experiment of its runs (None: tracking off)
 
     @property
     def missing(self) -> list[UnitResult]:
@@ -97,13 +106,14 @@ def run_plan(plan: Plan) -> RunResult:
         log.log(level, line)
     units = list({u.key: u for section in plan.sections for u in section.units}.values())
     try_external_models(units)  # they meet data before any write
+    folder = new_run_folder(cfg.output_dir)
     tracker = make_tracker(cfg)
     code = {"code.hash": package_hash()}  # what unit keys hash: `report` never mixes runs of different code
     started = False  # whether anything of the run exists yet (its parent runs): then a fault is a failed run
     try:
         top = None
         if plan.finish is not None:
-            top = tracker.start_parent(f"{plan.finish.name}-{cfg.budget}",
+            top = tracker.start_parent(parent_name(plan.finish.name, cfg, folder, models=False),
                                        {**flatten(to_dict(cfg)), **plan.finish.params},
                                        {**environment_tags(cfg.device), **code, **code_tags(units),
                                         "suite": plan.finish.name, "budget": cfg.budget}, to_yaml(cfg))
@@ -114,17 +124,22 @@ def run_plan(plan: Plan) -> RunResult:
                                         "suite": c.suite, "budget": c.budget,
                                         **({"section": section.key} if top else {})}
             routes.parents[section.key] = tracker.start_parent(
-                f"{section.key}-{c.budget}", flatten(to_dict(c)), routes.tags[section.key], to_yaml(c), parent=top)
+                parent_name(section.key, c, folder), flatten(to_dict(c)), routes.tags[section.key], to_yaml(c),
+                parent=top)
         started = True
         done = _measure_units(cfg, units, tracker, routes)
-        results = [_finish(section, done, tracker, routes.parents[section.key]) for section in plan.sections]
-        if plan.finish is None:
-            return RunResult(results)
-        finished = plan.finish(results, done, top)
-        missing = RunResult(results).missing
-        tracker.finish_parent(top, finished.metrics, [p for p in finished.paths.values() if p.is_file()],
-                              failed=f"{len(missing)} unit(s) failed" if missing else None)
-        return RunResult(results, finished, top)
+        results = [_finish(section, done, tracker, routes.parents[section.key], folder / section.folder)
+                   for section in plan.sections]
+        finished = None
+        if plan.finish is not None:
+            finished = plan.finish(results, done, top, folder / plan.finish.name)
+            missing = RunResult(results).missing
+            tracker.finish_parent(top, finished.metrics, [p for p in finished.paths.values() if p.is_file()],
+                                  failed=f"{len(missing)} unit(s) failed" if missing else None)
+        _publish(cfg, folder, results)
+        for result in results:
+            result.experiment_id = tracker.experiment_id
+        return RunResult(results, finished, top, folder, tracker.experiment_id)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (capsbench.util.signals)
         traceback.clear_frames(exc.__traceback__)  # a write the signal cut short holds the SQLite store through them
         with shielded():
@@ -177,7 +192,8 @@ def _measure_units(cfg: DictConfig, units: list[UnitSpec], tracker: Tracker, rou
     )
     for result in done.values():
         parent, tags, columns = routes.of(result.key)
-        tracker.log_unit(parent, result, tags, columns, reused=True)
+        tracker.log_unit(parent, result, tags, columns, reused=True,
+                         headline=unit_headline(result.records, SUITES.get(result.spec.suite)))
     _launch(cfg, todo, store, done, LiveUnits(tracker, todo, routes))
     return done
 
@@ -211,19 +227,27 @@ class LiveUnits:
         parent, tags, columns = self.routes.of(result.key)
         if result.key not in self.runs:
             self.runs[result.key] = self.tracker.start_unit(parent, result.spec, tags, reused=False, host=result.host)
-        self.tracker.end_unit(self.runs.pop(result.key), result, columns, streamed=self.epochs.pop(result.key, set()))
+        self.tracker.end_unit(self.runs.pop(result.key), result, columns, streamed=self.epochs.pop(result.key, set()),
+                              headline=unit_headline(result.records, SUITES.get(result.spec.suite)))
 
 
 def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[str, UnitResult],
             live: LiveUnits) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
-    weighs each unit by its declared work (capsbench.run.workload), so its time left is the work left at the rate
-    measured so far."""
+    weighs each unit by its declared work (capsbench.run.workload) and credits it as the unit reports it (each
+    training epoch, its measuring), so its time left is the work left at the rate measured so far."""
     failures = 0
     work = plan_work(todo)
+    credits = Credits(work, todo)
     with Progress("units", sum(w.total for w in work.values()), unit="pass", leave=True) as bar:
         bar.note(f"0/{len(todo)} done")
-        for n, result in enumerate(make_launcher(cfg).run(todo, live.on_event), 1):
+
+        def on_event(event: UnitEvent) -> None:
+            live.on_event(event)
+            if step := credits.event(event):
+                bar.update(step)
+
+        for n, result in enumerate(make_launcher(cfg).run(todo, on_event), 1):
             if result.status == "done":
                 store.save(result)
             else:
@@ -231,12 +255,8 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
                 log.error("unit %s failed: %s", result.spec.name, result.error)
             done[result.key] = result
             live.finish(result)
-            w = work[result.key]
-            if cfg.launcher == "local" and result.params.get("checkpoint.cached"):
-                bar.add_total(-w.train)  # its checkpoint was in the cache: no training (elsewhere a task trains it)
-                w = Work(0.0, w.measure)
             status = f"{n}/{len(todo)} done, last {result.spec.name}" + (f", {failures} failed" if failures else "")
-            bar.update(w.total, status=status)
+            bar.update(credits.finished(result), status=status)
 
 
 def failure_line(result: UnitResult) -> str:
@@ -246,9 +266,11 @@ def failure_line(result: UnitResult) -> str:
     return f"{result.spec.name}: the unit failed ({result.error}); {then}"
 
 
-def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, parent_id: str | None) -> SuiteResult:
-    """The section's records, tables, records.jsonl and config.yaml, and its parent run's headline metrics; the parent
-    is FAILED, naming the failed units, when some failed (with no tables when none finished)."""
+def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, parent_id: str | None,
+            out_dir: Path) -> SuiteResult:
+    """The section's records, tables, records.jsonl, config.yaml and its units' figures (figures/) under `out_dir`, and
+    its parent run's headline metrics; the parent is FAILED, naming the failed units, when some failed (with no tables
+    when none finished)."""
     cfg, units = section.cfg, section.units
     suite_cls = SUITES.get(cfg.suite)
     finished = [done[u.key] for u in units if u.key in done and done[u.key].status == "done"]
@@ -258,7 +280,6 @@ def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, par
     if not records:
         tracker.finish_parent(parent_id, {}, [], failed=failed or "no unit produced records")
         return SuiteResult(cfg.suite, [], {}, "", parent_id, missing, section.key, cfg)
-    out_dir = Path(cfg.output_dir) / section.folder
     notes = suite_cls().notes(records, cfg.params) + weights_notes(records) + [
         f"MISSING {failure_line(r)}" for r in missing]
     output = write_suite(out_dir, records, suite_cls, published_beside(cfg.suite, finished), notes=notes)
@@ -267,10 +288,33 @@ def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, par
     write_text(paths["records.jsonl"], records_jsonl(records))
     paths["config.yaml"] = out_dir / "config.yaml"
     write_text(paths["config.yaml"], to_yaml(cfg))
-    figures = [Path(p) for result in finished for p in result.figures]
+    figures = [_copied(Path(p), out_dir / "figures") for result in finished for p in result.figures]
     tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures], failed=failed)
     return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing, section.key, cfg,
-                       output)
+                       output, headline=headline(records, suite_cls))
+
+
+def _copied(path: Path, folder: Path) -> Path:
+    """A copy of a unit's figure in the run's folder (the unit wrote it under the unit store, by its key)."""
+    with path.open("rb") as src, atomic_file(folder / path.name, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return folder / path.name
+
+
+def _publish(cfg: DictConfig, folder: Path, results: list[SuiteResult]) -> None:
+    """Copy each top-level folder the run wrote (a suite's, or claims/) to <output_dir>/<name>/: the latest files."""
+    for name in sorted(p.name for p in folder.iterdir() if p.is_dir()):
+        publish_latest(folder / name, Path(cfg.output_dir) / name)
+    for result in results:
+        if result.paths:
+            result.latest = Path(cfg.output_dir) / result.paths["table.md"].parent.relative_to(folder)
+
+
+def parent_name(key: str, cfg: DictConfig, folder: Path, *, models: bool = True) -> str:
+    """A parent run's name: what ran (suite, budget, models) and when (the run folder's stamp, unique), e.g.
+    accuracy-quick-capsnet,cnn_9x9-20261121-143005."""
+    shown = (",".join(cfg.models) if len(cfg.models) <= 3 else f"{len(cfg.models)}models") if models else ""
+    return "-".join(part for part in (key, cfg.budget, shown, run_stamp(folder)) if part)
 
 
 def records_jsonl(records: list[dict[str, Any]]) -> str:

@@ -19,6 +19,7 @@ from capsbench.errors import CapsbenchError
 from capsbench.models.external import BUILT_INS, register_instance
 from capsbench.models.weights import state_sha256
 from capsbench.run.driver import run_suite
+from capsbench.util.progress import shown
 
 FIGURE_SUFFIXES = (".png", ".pdf")
 
@@ -49,6 +50,7 @@ def evaluate(
     weights: str | Path | None = None,
     *,
     name: str | None = None,
+    progress: bool = True,
     **overrides: Any,
 ) -> Evaluation:
     """Run `suite` on `model` and return its records, tables and figures.
@@ -58,6 +60,7 @@ def evaluate(
         its class name in lower case). An instance's unit key holds its class's source hash, the SHA-256 of its state
         dict by content and of its plain attributes (routing iterations, ...), so a changed instance is measured again.
     weights: a .pt/.pth state dict or .safetensors file for a named model (weights.<model>=PATH).
+    progress: progress bars (tqdm: a widget in a notebook) for the units, training and attacks; False: none.
     overrides: any run setting, dotted (`**{"data.test_subset": 100}`) or nested (`data={"test_subset": 100}`),
         e.g. budget="smoke", seeds=[0, 1], output_dir="out", register={"mycaps": "mypkg.caps:MyCaps"}.
     """
@@ -68,7 +71,8 @@ def evaluate(
     cfg = compose(request.merged({**extra, "suite": suite, "dataset": dataset, "models": [alias]}))
     if isinstance(model, nn.Module) and cfg.launcher != "local":
         raise CapsbenchError("a model instance is measured in this process: use launcher=local (the default)")
-    result = run_suite(cfg)
+    with shown(progress):
+        result = run_suite(cfg)
     paths = dict(result.paths)
     out_dir = paths["table.md"].parent
     figures = sorted({*(p for p in paths.values() if p.suffix in FIGURE_SUFFIXES),

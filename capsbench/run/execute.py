@@ -32,13 +32,28 @@ from capsbench.train.trained import (
     obtain_model,
     train_settings_identity,
 )
+from capsbench.util import progress
 
 log = logging.getLogger(__name__)
 Sink = Callable[[UnitEvent], None]  # where a unit's events go (the launcher's channel back to the driver)
+MEASURED_EVERY = 2.0  # seconds between a unit's "measured" events
 
 
 def _ignore(event: UnitEvent) -> None:
     """The sink of a unit whose events nobody reads."""
+
+
+def _measuring(spec: UnitSpec, emit: Sink) -> Callable[[float], None]:
+    """progress.measured's listener while the unit measures: its passes so far as a "measured" event, at most one every
+    MEASURED_EVERY seconds (the driver credits them to the units' bar)."""
+    last = [float("-inf")]
+
+    def listener(passes: float) -> None:
+        if time.monotonic() - last[0] >= MEASURED_EVERY:
+            last[0] = time.monotonic()
+            emit(UnitEvent(spec.key, "measured", {"passes": passes}, host=platform.node()))
+
+    return listener
 
 
 def _epochs(spec: UnitSpec, emit: Sink) -> Callable[[dict[str, float]], None]:
@@ -64,7 +79,9 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
                   model_args=model_args)
     flag = {} if undertrained is None else {"undertrained": undertrained}
     if (weights := external_weights(cfg)) is not None:
-        flag[WEIGHTS_COLUMN] = weights["sha256"]
+        flag[WEIGHTS_COLUMN] = weights.get("tensors_sha256", weights["sha256"])  # an instance's sha256 is its tensors'
+    with progress.on_measured(_measuring(spec, emit)):
+        measured = suite.measure(ctx)
     result.records = [
         {
             "suite": spec.suite,
@@ -75,10 +92,10 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
             **r,
             **flag,
         }
-        for r in suite.measure(ctx)
+        for r in measured
     ]
     suffix = "".join(f"-{k}{v}" for k, v in spec.variant.items())
-    figures = Path(cfg.output_dir) / spec.suite / "figures"
+    figures = Path(cfg.output_dir) / spec.suite / "units" / spec.key / "figures"  # by the unit's key: never replaced
     result.figures = [
         str(p)
         for name, fig in suite.figures(ctx).items()
@@ -187,6 +204,7 @@ def _model(
     if (weights := external_weights(cfg)) is not None:  # trained elsewhere: loaded, never trained here
         args = model_config(cfg, spec.model, splits, protocol)
         result.params = {"weights.path": weights["path"], "weights.sha256": weights["sha256"],
+                         "weights.tensors_sha256": weights.get("tensors_sha256", weights["sha256"]),
                          **{f"model_args.{k}": v for k, v in args.items()}}
         return external_model(cfg, spec.model, spec.seed, splits, protocol), args, None
     if not suite.needs_training:

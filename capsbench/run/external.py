@@ -26,7 +26,8 @@ CODE_TAG = "code.model."  # + alias: the run tag of an external model's source h
 def external_settings(cfg: DictConfig, model: str) -> dict[str, Any]:
     """The unit-config entries of `model`: "external" for a model from outside the package (its target, where it was
     registered, and its source hash, so that editing the user's code changes the unit's key), "weights" when it is
-    measured with weights trained elsewhere ({"path", "sha256"}; the path is not part of the key)."""
+    measured with weights trained elsewhere ({"path", "sha256" of the file, "tensors_sha256" of the tensors it holds,
+    which names the weights in the records; the path is not part of the key)."""
     settings: dict[str, Any] = {}
     spec = external_spec(model)
     if spec is not None:
@@ -40,7 +41,8 @@ def external_settings(cfg: DictConfig, model: str) -> dict[str, Any]:
             settings["weights"] = {"path": None, "sha256": spec.state_sha256}
     path = (cfg.get("weights") or {}).get(model)
     if path is not None:
-        settings["weights"] = {"path": str(path), "sha256": weights_sha256(str(path))}
+        settings["weights"] = {"path": str(path), "sha256": weights_sha256(str(path)),
+                               "tensors_sha256": weights_tensors_sha256(str(path))}
     return settings
 
 
@@ -53,6 +55,21 @@ def weights_sha256(path: str) -> str:
 @functools.cache
 def _sha256(path: str, mtime_ns: int, size: int) -> str:
     return file_sha256(Path(path))
+
+
+def weights_tensors_sha256(path: str) -> str:
+    """The SHA-256 of the tensors the weights file holds (capsbench.models.weights.tensors_sha256), read once per
+    process for each version of the file: a module given to capsbench.evaluate and the file its state dict was saved
+    to are the same weights."""
+    stat = Path(path).stat()
+    return _tensors(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _tensors(path: str, mtime_ns: int, size: int) -> str:
+    from capsbench.models.weights import read_state_dict, tensors_sha256  # lazy: torch, only for a weights file
+
+    return tensors_sha256(read_state_dict(Path(path), f"weights file {path}"))
 
 
 def ensure_registered(model: str, config: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """External models and external weights meet real data before anything is measured or written: before a run, each is
-imported, built, loaded strictly and given one real batch (a bad module, weights file or output is one error, exit 2);
-`capsbench check-model` runs the whole contract (capsbench.run.model_check) and reports what the model costs."""
+imported, built and loaded strictly (a weights file that does not fit is found before any data is read, within
+seconds), then given one real batch (a bad module, weights file or output is one error, exit 2); `capsbench
+check-model` runs the whole contract (capsbench.run.model_check) and reports what the model costs."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 from omegaconf import DictConfig
 
 from capsbench.cost.macs import count_macs, parameter_counts
-from capsbench.data import as_images
+from capsbench.data import DATASETS, as_images
 from capsbench.errors import CapsbenchError
 from capsbench.models import Classifier, create_model
 from capsbench.run.execute import load_data
@@ -42,26 +44,29 @@ WAIT_NOTE_S = 10.0  # while a model's code keeps its check waiting, a line this 
 
 
 def try_external_models(units: list[UnitSpec]) -> None:
-    """Build every external model and model with external weights of the units once per (model, arguments, weights,
-    data), on the CPU, and put the first test images through it; the first problem is a CapsbenchError."""
-    seen = set()
+    """Build every external model and model with external weights of the units once per (model, arguments, weights),
+    on the CPU, all before any data is read (a weights file that does not fit is told within seconds); then put the
+    first test images of each dataset through them. The first problem is a CapsbenchError."""
+    models: dict[str, tuple[UnitSpec, Classifier]] = {}
     for unit in units:
         if "external" not in unit.config and "weights" not in unit.config:
             continue
         key = json.dumps([unit.model, unit.suite, unit.config.get("weights"), unit.config["model_args"],
                           unit.dataset, unit.config["data"]], sort_keys=True, default=str)
-        if key in seen:
-            continue
-        seen.add(key)
-        log.info("checking model %r on %d %s test images before any work (import, build, one forward pass)",
-                 unit.model, TRIAL_IMAGES, unit.dataset)
-        ensure_registered(unit.model, unit.config)
+        if key not in models:
+            log.info("checking model %r on %d %s test images before any work (import, build, one forward pass)",
+                     unit.model, TRIAL_IMAGES, unit.dataset)
+            ensure_registered(unit.model, unit.config)
+            with _watched(f"checking model {unit.model!r} (its import, constructor or forward pass on {TRIAL_IMAGES} "
+                          "images has not returned)"):
+                models[key] = unit, _model(unit.run_config(), unit)
+    for unit, model in models.values():
         cfg = unit.run_config()
-        load_data(cfg.dataset, cfg.data)  # (kept for the lines below) outside the watch: what it waits for is the model
+        splits = load_data(cfg.dataset, cfg.data)  # outside the watch: what it waits for is the model
+        images = SUITES.get(unit.suite)().protocol(cfg).eval_inputs(as_images(splits.test_x[:TRIAL_IMAGES]))
         with _watched(f"checking model {unit.model!r} (its import, constructor or forward pass on {TRIAL_IMAGES} "
                       "images has not returned)"):
-            model, images, _ = _built(cfg, unit, TRIAL_IMAGES)
-            findings = output_findings(model, images, load_data(cfg.dataset, cfg.data).spec.num_classes, unit.model)
+            findings = output_findings(model, images, splits.spec.num_classes, unit.model)
         for finding in findings:
             if finding.ok is False:
                 raise CapsbenchError(f"model {unit.model!r} on {cfg.dataset}: {finding.text}")
@@ -118,14 +123,23 @@ def check_model(cfg: DictConfig, name: str) -> CheckReport:
 
 def _built(cfg: DictConfig, unit: UnitSpec, n: int) -> tuple[Classifier, torch.Tensor, torch.Tensor]:
     """The unit's model on the CPU (external weights loaded, else freshly initialised) and the first n test images as
-    the model sees them, with their labels."""
-    cfg.device = "cpu"
+    the model sees them, with their labels; the model is built and loaded before the data is read."""
+    model = _model(cfg, unit)
     splits = load_data(cfg.dataset, cfg.data)
     protocol = SUITES.get(unit.suite)().protocol(cfg)
+    images = protocol.eval_inputs(as_images(splits.test_x[:n]))
+    return model, images, splits.test_y[:n]
+
+
+def _model(cfg: DictConfig, unit: UnitSpec) -> Classifier:
+    """The unit's model on the CPU in eval mode, built from its dataset's description alone (no data is read): with its
+    external weights loaded strictly, else freshly initialised."""
+    cfg.device = "cpu"
+    described = SimpleNamespace(name=cfg.dataset, spec=DATASETS.get(cfg.dataset))  # what building reads of the splits
+    protocol = SUITES.get(unit.suite)().protocol(cfg)
     if external_weights(cfg) is not None:
-        model = external_model(cfg, unit.model, unit.seed, splits, protocol)
+        model = external_model(cfg, unit.model, unit.seed, described, protocol)
     else:
         torch.manual_seed(unit.seed)
-        model = create_model(unit.model, **model_config(cfg, unit.model, splits, protocol))
-    images = protocol.eval_inputs(as_images(splits.test_x[:n]))
-    return model.eval(), images, splits.test_y[:n]
+        model = create_model(unit.model, **model_config(cfg, unit.model, described, protocol))
+    return model.eval()

@@ -20,7 +20,7 @@ TRAIN_COMMAND_SUITE = "accuracy"  # `capsbench train` trains what suite=accuracy
 
 @dataclass
 class Section:
-    """One composed suite config and its units, written under <output_dir>/<folder>/.
+    """One composed suite config and its units, written under <run folder>/<folder>/ (copied to <output_dir>/<folder>/).
 
     Args:
         key: unique within the plan (the suite's name in an ordinary run; e.g. "robustness-mnist-2" for claims).
@@ -52,8 +52,9 @@ class Finish(Protocol):
     name: str  # its parent run's name and suite tag, e.g. "claims"
     params: dict[str, Any]  # logged on that run beside the shared settings
 
-    def __call__(self, sections: list[Any], done: dict[str, Any], run_id: str | None) -> Finished:
-        """Its files from the sections' outcomes (SuiteResult), every unit's result by key, and its parent run."""
+    def __call__(self, sections: list[Any], done: dict[str, Any], run_id: str | None, root: Path) -> Finished:
+        """Its files under `root` (<run folder>/<name>) from the sections' outcomes (SuiteResult), every unit's result
+        by key, and its parent run."""
 
 
 @dataclass

@@ -127,8 +127,9 @@ def failed(spec: UnitSpec, exc: BaseException) -> UnitResult:
 
 @dataclass(frozen=True)
 class UnitEvent:
-    """Something a unit says while it runs, for the driver to log at once: "started" (data: {}) or "epoch" (data: a
-    training history row: epoch, train_loss, train_accuracy, val_accuracy, lr). JSON-able, so that Ray and SLURM
+    """Something a unit says while it runs, for the driver to log at once: "started" (data: {}), "epoch" (data: a
+    training history row: epoch, train_loss, train_accuracy, val_accuracy, lr) or "measured" (data: {"passes": the
+    image passes of its declared measuring done so far}). JSON-able, so that Ray and SLURM
     workers send it back as it happens."""
 
     key: str  # the unit's key

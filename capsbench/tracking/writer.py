@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 BATCH = 900  # MLflow accepts up to 1000 metrics (and 100 params) per log_batch call
 PARAM_BATCH = 90
 CHECKPOINT_DIR = "checkpoint"  # artifact folder of a unit's checkpoint file
+NOTE = "mlflow.note.content"  # the run's description, shown (as Markdown) at the top of its page in the UI
 
 
 class UnitIdentity(Protocol):
@@ -55,6 +56,13 @@ class LoggedUnit(Protocol):
     machine: dict[str, str]
 
 
+def headline_note(headline: dict[str, float]) -> str:
+    """A unit run's description: its headline numbers as a Markdown table (the full set is among its metrics)."""
+    rows = [f"| {k} | {v:.4g} |" for k, v in headline.items()]
+    return "\n".join(["Headline numbers (the first table's columns; every number is among the metrics):", "",
+                      "| metric | value |", "|---|---:|", *rows])
+
+
 def now_ms() -> int:
     """The current time as MLflow stores it (milliseconds since the epoch)."""
     return int(time.time() * 1000)
@@ -70,6 +78,11 @@ class Tracker:
         self.open_units: list[str] = []
         self._client: Any = None
         self._experiment_id: str | None = None
+
+    @property
+    def experiment_id(self) -> str | None:
+        """The experiment's id once the store is open (None before, or with tracking off)."""
+        return self._experiment_id
 
     def open(self) -> None:
         """Create the store and experiment when missing, and mark runs left RUNNING by killed processes KILLED."""
@@ -132,9 +145,10 @@ class Tracker:
             self._batch(run_id, metrics=curve_metrics([row], at_ms or now_ms()))
 
     def end_unit(self, run_id: str | None, result: LoggedUnit, columns: Iterable[str], *,
-                 streamed: Collection[int] = ()) -> None:
-        """The unit's records (with n and intervals), settings, curves not streamed yet, figures and checkpoint, then
-        FINISHED or FAILED (with the error as a tag) at the true end time."""
+                 streamed: Collection[int] = (), headline: dict[str, float] | None = None) -> None:
+        """The unit's records (with n and intervals), its `headline` numbers (a few named metrics beside them),
+        settings, curves not streamed yet, figures and checkpoint, then FINISHED or FAILED (with the error as a tag) at
+        the true end time."""
         if not self.enabled or run_id is None:
             return
         now = now_ms()
@@ -144,7 +158,10 @@ class Tracker:
                 tags["error"] = result.error[:5000]
             for key, value in tags.items():
                 self._client.set_tag(run_id, key, value)
-            metrics = record_metrics(result.records, columns, now)
+            if headline:  # at the top of the run's page, and first among its metrics
+                self._client.set_tag(run_id, NOTE, headline_note(headline))
+            metrics = [(k, float(v), now, 0) for k, v in (headline or {}).items()]
+            metrics += record_metrics(result.records, columns, now)
             metrics += [(k, float(v), now, 0) for k, v in result.metrics.items()]
             metrics += curve_metrics(result.curves, now, skip=streamed)
             self._batch(run_id, params=result.params, metrics=metrics)
@@ -157,10 +174,10 @@ class Tracker:
         self.open_units.remove(run_id)
 
     def log_unit(self, parent_id: str | None, result: LoggedUnit, tags: dict[str, str], columns: Iterable[str], *,
-                 reused: bool) -> None:
+                 reused: bool, headline: dict[str, float] | None = None) -> None:
         """A unit's nested run created and ended in one go (a unit an earlier run finished: nothing ran now)."""
         run_id = self.start_unit(parent_id, result.spec, tags, reused=reused)
-        self.end_unit(run_id, result, columns)
+        self.end_unit(run_id, result, columns, headline=headline)
 
     def finish_parent(self, run_id: str | None, metrics: dict[str, float], artifacts: Iterable[Path], *,
                       failed: str | None = None) -> None:

@@ -1,7 +1,9 @@
-"""Progress for every stage that can take more than a few seconds: a tqdm bar on a terminal, whose clock a ticker
-thread refreshes every second even while one step runs for minutes; off a terminal, a plain log line when a stage
-changes what it does and at least every LOG_EVERY seconds while work goes on; nothing with --quiet. Log lines go
-through tqdm's logging redirect (`redirect_logging`), so they never land on a bar's line."""
+"""Progress for every stage that can take more than a few seconds: a tqdm bar on a terminal (or wherever bars are
+asked for: capsbench.evaluate in a notebook), whose clock a ticker thread refreshes every second even while one step
+runs for minutes; off a terminal, a plain log line when a stage changes what it does and at least every LOG_EVERY
+seconds while work goes on; nothing with --quiet. Log lines go through tqdm's logging redirect (`redirect_logging`),
+so they never land on a bar's line. A unit's measuring reports the work it has done (`measured`) to whoever listens
+(`on_measured`): the driver credits it to the units' bar as it happens."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -21,7 +23,9 @@ BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]
 OPEN_FORMAT = "{desc}: [{elapsed}{postfix}]"  # before the total is known
 log = logging.getLogger("capsbench.util.progress")
 _quiet = False
+_bars = False  # bars even where stderr is not a terminal (a notebook)
 _open: list[Progress] = []  # open stages, outermost first
+_listener: Callable[[float], None] | None = None  # where `measured` goes
 _lock = threading.Lock()
 _ticker: threading.Thread | None = None
 
@@ -35,6 +39,36 @@ def set_quiet(quiet: bool) -> None:
 def is_quiet() -> bool:
     """Whether progress output is off."""
     return _quiet
+
+
+@contextlib.contextmanager
+def shown(on: bool) -> Iterator[None]:
+    """While the block runs: progress bars (tqdm picks a notebook's widget there) when `on`, else nothing at all."""
+    global _quiet, _bars
+    before = _quiet, _bars
+    _quiet, _bars = not on, on
+    try:
+        yield
+    finally:
+        _quiet, _bars = before
+
+
+@contextlib.contextmanager
+def on_measured(listener: Callable[[float], None]) -> Iterator[None]:
+    """While the block runs, each `measured(passes)` goes to `listener` (a unit's events back to the driver)."""
+    global _listener
+    before, _listener = _listener, listener
+    try:
+        yield
+    finally:
+        _listener = before
+
+
+def measured(passes: float) -> None:
+    """The image passes of its declared work (Suite.work) a unit's measuring has done so far; nothing when nobody
+    listens."""
+    if _listener is not None:
+        _listener(passes)
 
 
 @contextlib.contextmanager
@@ -55,10 +89,10 @@ class Progress:
         self.desc, self.total, self.done, self.status, self.detail = desc, total, 0.0, "", ""
         self.count = count  # what `done` counts, for lines off a terminal (e.g. "row-steps"); empty: percent only
         self._start = self._last = time.monotonic()
-        tty = sys.stderr.isatty()
+        tty = sys.stderr.isatty() or _bars
         self._bar = None
-        if not _quiet and tty:
-            self._bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True,
+        if not _quiet and tty:  # smoothing 0: the time left is the work left at the average rate, as in line()
+            self._bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True, smoothing=0,
                              bar_format=BAR_FORMAT if total else OPEN_FORMAT)
         self._lines = not _quiet and not tty
         with _lock:

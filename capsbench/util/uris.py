@@ -43,6 +43,46 @@ def remote_address(uri: str) -> tuple[str, int] | None:
     return parts.hostname, port or default[scheme]
 
 
+def shown_path(path: str | Path, base: str | Path) -> str:
+    """A local path as a document may print it, never absolute: relative to `base` (the output folder) when inside it,
+    else relative to the working directory, else its last two parts after ".../"."""
+    path = Path(path).expanduser().resolve()
+    for root in (Path(base).expanduser().resolve(), Path.cwd()):
+        if path.is_relative_to(root):
+            return path.relative_to(root).as_posix() or "."
+    return ".../" + "/".join(path.parts[-2:])
+
+
+def shown_uri(uri: str, base: str | Path) -> str:
+    """A tracking URI as a document may print it: a SQLite store as its file's shown_path, a server without its
+    credentials, never an absolute local path."""
+    db = sqlite_path(uri)
+    if db is not None:
+        return shown_path(db, base)
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return shown_path(unquote(parts.path), base)
+    netloc = parts.hostname or ""
+    return parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")).geturl()
+
+
+UI_PORT = 5000  # where `mlflow ui` serves by default
+
+
 def ui_command(uri: str) -> str:
     """The command that browses a tracking store, each argument shell-quoted (paths may hold spaces)."""
     return shlex.join(["uv", "run", "mlflow", "ui", "--backend-store-uri", uri])
+
+
+def runs_url(experiment_id: str, base: str = f"http://127.0.0.1:{UI_PORT}") -> str:
+    """The address of an experiment's runs table in the MLflow UI (MLflow 3 opens on its GenAI home page otherwise)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+
+
+def browse_hint(uri: str, experiment_id: str | None) -> str:
+    """How a reader gets to the runs table: the command that serves the store (none for a server, which serves
+    already) and the runs table's address."""
+    if remote_address(uri) is not None and urlsplit(uri).scheme.startswith("http"):
+        return runs_url(experiment_id, uri) if experiment_id else uri
+    command = ui_command(uri)
+    return f"{command}, then open {runs_url(experiment_id)}" if experiment_id else command

@@ -24,7 +24,7 @@ from capsbench.suites.robustness import detection
 from capsbench.suites.robustness.checks import CHECKS, sanity_flags
 from capsbench.suites.robustness.params import EpsGrid, eps_grid
 from capsbench.train.evaluation import predict
-from capsbench.util.progress import Progress
+from capsbench.util.progress import Progress, measured
 from capsbench.util.stats import accuracy_fields
 from capsbench.util.style import STYLE
 
@@ -173,15 +173,8 @@ class RobustnessSuite(Suite):
         """Image passes of every attack at most (early exit stops sooner): a PGD-family attack costs a forward and a
         backward pass per step, restart and loss at each eps; a torchattacks attack one pass per query."""
         grid = eps_grid(cfg.params, cfg.dataset)
-        s = settings(cfg.params, DATASETS.get(cfg.dataset).num_classes)
-        passes = 0.0
-        for name in [*cfg.params.attacks, *cfg.params.extra_attacks]:
-            attack = ATTACKS.get(name)
-            if isinstance(attack, PGD):
-                passes += len(grid.eps) * 2 * (attack.steps(s) + 1) * attack.restarts(s) * len(attack.losses)
-            else:
-                passes += attack.queries(s) * (len(grid.eps) if CATALOG.get(name).white_box else 1)
-        return test_images(cfg) * (1 + passes)
+        passes = attack_passes(cfg.params, len(grid.eps), DATASETS.get(cfg.dataset).num_classes)
+        return test_images(cfg) * (1 + sum(passes.values()))
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, x, y = ctx.params, ctx.splits.test_x, ctx.splits.test_y
@@ -189,8 +182,10 @@ class RobustnessSuite(Suite):
         clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
         n_attacks = len(p.attacks) + len(p.extra_attacks)
+        credit = _Credit(len(y), attack_passes(p, len(grid), ctx.splits.spec.num_classes))
         with Progress(f"attacks {ctx.model_name} s{ctx.seed}", None, unit="row-step", count="row-steps") as bar:
-            run = _AttackRun(ctx, clean_ok, replace(settings(p, ctx.splits.spec.num_classes), progress=_follow(bar)))
+            run = _AttackRun(ctx, clean_ok, replace(settings(p, ctx.splits.spec.num_classes),
+                                                    progress=_follow(bar, credit)))
             if p.detection_fpr is not None:
                 run.detector, skipped = detection.fit(ctx, run)
                 records += skipped
@@ -198,10 +193,12 @@ class RobustnessSuite(Suite):
                 eps_values = grid if CATALOG.get(name).white_box else [bb]
                 bar.reset(None)  # each attack's work is counted (and timed) on its own, from its first step
                 bar.note(f"{i}/{n_attacks} {name} on {int(clean_ok.sum())} images x {len(eps_values)} eps")
+                credit.start(name)
                 records += run.standalone(name, eps_values)
             for i, name in enumerate(p.extra_attacks, len(p.attacks) + 1):
                 bar.reset(None)
                 bar.note(f"{i}/{n_attacks} {name} on what the worst case leaves robust")
+                credit.start(name)
                 records += run.worst_case_only(name, grid if CATALOG.get(name).white_box else [bb])
             if run.detector is not None:
                 bar.reset(None)
@@ -268,15 +265,49 @@ class RobustnessSuite(Suite):
         return {"adversarial_examples": fig}
 
 
-def _follow(bar: Progress) -> Callable[[int, int, int], None]:
+def attack_passes(params: Any, n_eps: int, num_classes: int) -> dict[str, float]:
+    """The declared image passes per test image of each attack of `params` over `n_eps` eps values: a PGD-family
+    attack a forward and a backward pass per step, restart and loss at each eps; a torchattacks attack one pass per
+    query (at each eps when white-box)."""
+    s = settings(params, num_classes)
+    out = {}
+    for name in [*params.attacks, *params.extra_attacks]:
+        attack = ATTACKS.get(name)
+        if isinstance(attack, PGD):
+            out[name] = float(n_eps * 2 * (attack.steps(s) + 1) * attack.restarts(s) * len(attack.losses))
+        else:
+            out[name] = float(attack.queries(s) * (n_eps if CATALOG.get(name).white_box else 1))
+    return out
+
+
+class _Credit:
+    """The unit's measuring done so far in its declared passes (the clean pass, the attacks finished, the share of the
+    one under way), told to capsbench.util.progress.measured as the attacks move."""
+
+    def __init__(self, images: int, passes: dict[str, float]) -> None:
+        self.images, self.passes, self.finished, self.current = images, passes, 1.0, ""
+        measured(images * self.finished)
+
+    def start(self, name: str) -> None:
+        self.finished += self.passes.get(self.current, 0.0)
+        self.current = name
+        measured(self.images * self.finished)
+
+    def __call__(self, share: float) -> None:
+        measured(self.images * (self.finished + self.passes.get(self.current, 0.0) * min(1.0, share)))
+
+
+def _follow(bar: Progress, credit: Callable[[float], None]) -> Callable[[int, int, int], None]:
     """AttackSettings.progress for the attacks' bar: each run of an attack starts the bar afresh (its own total and
-    clock); every step of a batch of rows (or batch of images) moves it and shows the rows left."""
+    clock); every step of a batch of rows (or batch of images) moves it, shows the rows left and credits the unit's
+    work."""
 
     def follow(done: int, total: int, left: int) -> None:
         if total != bar.total or done < bar.done:
             bar.reset(total)
         bar.update(done - bar.done)
         bar.show(f"{left:,} rows left")
+        credit(done / total if total else 1.0)
 
     return follow
 
