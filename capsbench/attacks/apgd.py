@@ -185,6 +185,9 @@ class APGDTargeted(APGD):
         others = settings.num_classes - 1
         return others if settings.apgd_targets is None else min(settings.apgd_targets, others)
 
+    def pass_count(self, settings: AttackSettings) -> int:
+        return self.targets(settings)
+
     def passes(self, model: Classifier, settings: AttackSettings) -> list[Pass]:
         raw = self.make_objectives(model, settings)[0]
         return [Pass(raw, "targeted_dlr", 0, rank) for rank in range(1, self.targets(settings) + 1)]

@@ -148,6 +148,10 @@ class PGD(Attack):
     def random_start(self) -> bool:
         return True
 
+    def pass_count(self, settings: AttackSettings) -> int:
+        """Passes of one run (each at most steps + 1 row-steps per row), for work estimates made without a model."""
+        return self.restarts(settings) * len(self.losses)
+
     def make_objectives(self, model: Classifier, settings: AttackSettings) -> list[Objective]:
         """What the attack differentiates, in turn: each later objective attacks only what the earlier left."""
         return [self.objective(model)]
