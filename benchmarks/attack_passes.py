@@ -11,7 +11,8 @@ images only it breaks among all measured passes, its seconds; and a figure of th
 Passes (capsbench.attacks' engines, one pass each; PGD at --pgd-steps, APGD at --apgd-steps unless the name ends in
 _<steps>): fgsm; pgd_ce, pgd_margin (the model's attack logits); apgd_ce (attack logits); apgd_dlr and apgd_dlr_r1
 (raw class evidence, two random starts); apgd_t1..apgd_t9 (targeted DLR on the raw evidence towards the class ranked
-k among the others); capsule models also presquash_ce, presquash_margin (log-normalised pre-squash norms, exact),
+k among the others); apgdraw_margin, apgdraw_t1..apgdraw_t3 (APGD with the margin and the targeted margin on the raw
+evidence); capsule models also presquash_ce, presquash_margin (log-normalised pre-squash norms, exact),
 bpda_ce, bpda_margin (the same, straight-through), raw_margin, raw_t1..raw_t3 (PGD margin on the raw evidence,
 untargeted and targeted), vote_ce, vote_margin (the vote surrogate), apgd_dlr_bpda (APGD-DLR on the raw evidence,
 straight-through) and apgd_dlr_vote.
@@ -51,7 +52,8 @@ from capsbench.run.execute import load_data, trained
 from capsbench.run.plan import plan
 
 EPS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
-CORE = ("fgsm", "pgd_ce", "pgd_margin", "apgd_ce", "apgd_dlr", *(f"apgd_t{k}" for k in range(1, 10)), "apgd_dlr_r1")
+CORE = ("fgsm", "pgd_ce", "pgd_margin", "apgd_ce", "apgd_dlr", *(f"apgd_t{k}" for k in range(1, 10)), "apgd_dlr_r1",
+        "apgdraw_margin", "apgdraw_t1", "apgdraw_t2", "apgdraw_t3")
 CAPSULE = ("presquash_ce", "presquash_margin", "bpda_ce", "bpda_margin", "raw_margin", "raw_t1", "raw_t2", "raw_t3",
            "vote_ce", "vote_margin", "apgd_dlr_bpda", "apgd_dlr_vote")
 
@@ -62,18 +64,20 @@ def candidate(name: str, model) -> tuple[PGD, Pass, dict]:
     if m := re.fullmatch(r"(.+)_(\d+)", name):
         name, steps = m.group(1), {"apgd_steps": int(m.group(2)), "steps": int(m.group(2))}
     objectives = {"pgd": Objective, "apgd": Objective, "presquash": PreSquashObjective, "bpda": AdaptiveObjective,
-                  "raw": RawEvidenceObjective, "vote": VoteObjective}
+                  "raw": RawEvidenceObjective, "vote": VoteObjective, "apgdraw": RawEvidenceObjective}
     if name == "fgsm":
         return FGSM(), Pass(Objective(model), "ce"), steps
     if m := re.fullmatch(r"apgd_t(\d)", name):
         return APGD(), Pass(RawEvidenceObjective(model), "targeted_dlr", 0, int(m.group(1))), steps
     if m := re.fullmatch(r"raw_t(\d)", name):
         return PGD(), Pass(RawEvidenceObjective(model), "targeted", 0, int(m.group(1))), steps
+    if m := re.fullmatch(r"apgdraw_t(\d)", name):
+        return APGD(), Pass(RawEvidenceObjective(model), "targeted", 0, int(m.group(1))), steps
     if m := re.fullmatch(r"apgd_dlr(_r(\d))?(_bpda|_vote)?", name):
         kind = {None: RawEvidenceObjective, "_bpda": StraightThroughRawObjective, "_vote": VoteObjective}[m.group(3)]
         return APGD(), Pass(kind(model), "dlr", int(m.group(2) or 0)), steps
     family, loss = name.split("_")
-    engine = APGD() if family == "apgd" else PGD()
+    engine = APGD() if family.startswith("apgd") else PGD()
     return engine, Pass(objectives[family](model), loss), steps
 
 
