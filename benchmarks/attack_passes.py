@@ -15,7 +15,8 @@ k among the others); apgdraw_margin, apgdraw_t1..apgdraw_t3 (APGD with the margi
 evidence); capsule models also presquash_ce, presquash_margin (log-normalised pre-squash norms, exact),
 bpda_ce, bpda_margin (the same, straight-through), raw_margin, raw_t1..raw_t3 (PGD margin on the raw evidence,
 untargeted and targeted), vote_ce, vote_margin (the vote surrogate), apgd_dlr_bpda (APGD-DLR on the raw evidence,
-straight-through) and apgd_dlr_vote.
+straight-through), apgd_dlr_vote, apgdbpda_margin (APGD with the margin on the raw evidence, straight-through) and
+apgdvote_margin (APGD with the margin on the vote surrogate).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ EPS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 CORE = ("fgsm", "pgd_ce", "pgd_margin", "apgd_ce", "apgd_dlr", *(f"apgd_t{k}" for k in range(1, 10)), "apgd_dlr_r1",
         "apgdraw_margin", "apgdraw_t1", "apgdraw_t2", "apgdraw_t3")
 CAPSULE = ("presquash_ce", "presquash_margin", "bpda_ce", "bpda_margin", "raw_margin", "raw_t1", "raw_t2", "raw_t3",
-           "vote_ce", "vote_margin", "apgd_dlr_bpda", "apgd_dlr_vote")
+           "vote_ce", "vote_margin", "apgd_dlr_bpda", "apgd_dlr_vote", "apgdbpda_margin", "apgdvote_margin")
 
 
 def candidate(name: str, model) -> tuple[PGD, Pass, dict]:
@@ -64,7 +65,8 @@ def candidate(name: str, model) -> tuple[PGD, Pass, dict]:
     if m := re.fullmatch(r"(.+)_(\d+)", name):
         name, steps = m.group(1), {"apgd_steps": int(m.group(2)), "steps": int(m.group(2))}
     objectives = {"pgd": Objective, "apgd": Objective, "presquash": PreSquashObjective, "bpda": AdaptiveObjective,
-                  "raw": RawEvidenceObjective, "vote": VoteObjective, "apgdraw": RawEvidenceObjective}
+                  "raw": RawEvidenceObjective, "vote": VoteObjective, "apgdraw": RawEvidenceObjective,
+                  "apgdbpda": StraightThroughRawObjective, "apgdvote": VoteObjective}
     if name == "fgsm":
         return FGSM(), Pass(Objective(model), "ce"), steps
     if m := re.fullmatch(r"apgd_t(\d)", name):
@@ -160,13 +162,15 @@ def load(folder: Path) -> tuple[dict, dict[str, dict[float, dict]]]:
     return json.loads((folder / "meta.json").read_text()), pieces
 
 
-def report(folders: list[Path], order: list[str] | None, figure: Path | None) -> None:
-    """The table (Markdown) and, with --figure, the worst case against cumulative seconds per model and eps."""
+def report(folders: list[Path], order: list[str] | None, figure: Path | None, only: bool = False) -> None:
+    """The table (Markdown) and, with --figure, the worst case against cumulative seconds per model and eps; with
+    only, just the passes of `order` (an ensemble's worst case from the measured pieces)."""
     curves = {}
     for folder in folders:
         meta, pieces = load(folder)
         names = [n for n in (order or [*CORE, *CAPSULE]) if n in pieces and len(pieces[n]) == len(EPS)]
-        names += sorted(n for n in pieces if n not in names and len(pieces[n]) == len(EPS))
+        if not only:
+            names += sorted(n for n in pieces if n not in names and len(pieces[n]) == len(EPS))
         print(f"\n**{meta['model']}**: {meta['clean']} of the first {meta['images']} test images correct clean; "
               f"per eps: broken alone / marginal (no earlier pass, this or a smaller eps) / only this pass; seconds\n")
         print("| pass | " + " | ".join(f"eps={e:g}" for e in EPS) + " | seconds | row-steps |")
@@ -226,10 +230,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--report", nargs="*", type=Path, default=None, help="model folders to tabulate")
     parser.add_argument("--order", nargs="*", default=None, help="pass order for the marginal breaks")
+    parser.add_argument("--only", action="store_true", help="tabulate the passes of --order only")
     parser.add_argument("--figure", type=Path, default=None)
     args = parser.parse_args()
     if args.report:
-        report(args.report, args.order, args.figure)
+        report(args.report, args.order, args.figure, args.only)
     else:
         measure(args)
 
