@@ -97,5 +97,5 @@ def test_the_untargeted_pass_on_a_linear_model_finds_the_boundary_and_stops_shor
 def test_the_ensemble_states_its_budget():
     settings = AttackSettings(steps=10, step_ratio=2.5, restarts=1, square_queries=50, num_classes=10, seed=0,
                               apgd_steps=25, apgd_targets=3)
-    assert ATTACKS.get("apgd").budget(settings) == "APGD-DLR, 25 steps, 1 restart(s)"
+    assert ATTACKS.get("apgd").budget(settings) == "APGD, margin loss, 25 steps, 1 restart(s)"
     assert "3 likeliest classes, 25 steps each" in ATTACKS.get("apgd_targeted").budget(settings)

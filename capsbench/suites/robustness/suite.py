@@ -1,4 +1,4 @@
-"""Robust accuracy under L-inf attacks over an eps grid: attacks reported alone (FGSM, APGD-DLR), then an ensemble
+"""Robust accuracy under L-inf attacks over an eps grid: attacks reported alone (FGSM, APGD), then an ensemble
 in which each attack runs on what the earlier ones left (APGD-T; the capsule-adaptive passes where a model has the
 hooks; Square last), the per-image worst case over all of them as the headline, each ensemble attack's marginal
 breaks, Wilson intervals on every number, each model's attack budget, and gradient-masking checks per (model, seed)."""
@@ -49,7 +49,7 @@ ATTACKS_SHOWN = Group(
     {
         "worst_case": "worst case",
         "pgd_detect_aware": "PGD detection-aware",
-        "apgd": "APGD-DLR",
+        "apgd": "APGD",
         "apgd_targeted": "APGD-T",
         "pgd_adaptive": "PGD adaptive",
         "vote": "Vote",
