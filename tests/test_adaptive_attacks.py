@@ -10,8 +10,9 @@ from test_routing import reference_routing
 
 from capsbench import list_models
 from capsbench.attacks import ATTACKS, decisions
+from capsbench.attacks.losses import targeted_margin
 from capsbench.attacks.objectives import AdaptiveObjective, Judgement, Objective, RawEvidenceObjective, raw_evidence
-from capsbench.attacks.pgd import ranked_target, targeted_margin
+from capsbench.attacks.pgd import ranked_target
 from capsbench.layers import capsules, routing
 from capsbench.layers.capsules import capsule_logits, squash
 from capsbench.layers.routing import DynamicRouting

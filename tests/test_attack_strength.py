@@ -1,7 +1,8 @@
-"""An attack-strength check that can fail: on a small capsule model trained on real MNIST, the robustness suite's
-per-image worst case must leave no more images robust than an independent reference attack (benchmarks/
-attack_strength.py: 100-step multi-targeted PGD on the raw class evidence, written without capsbench.attacks), and
-may miss almost none of the images the reference breaks. A change that weakens the adaptive attacks fails here."""
+"""An attack-strength check that can fail: on a small capsule model and a small CNN trained on real MNIST, the
+robustness suite's per-image worst case under its default attacks must leave no more images robust than an independent
+reference attack (benchmarks/attack_strength.py: 100-step APGD-DLR, untargeted and targeted at every other class, on
+the raw class evidence, written without capsbench.attacks), give or take one image, and may miss almost none of the
+images the reference breaks. A change that weakens the ensemble or the adaptive attacks fails here."""
 
 import importlib.util
 from pathlib import Path
@@ -29,11 +30,13 @@ def bench():
 
 
 @pytest.mark.slow
-def test_the_worst_case_is_as_strong_as_a_multi_targeted_reference(tmp_path, mnist_root, bench):
-    model_name = "capsnet"
+@pytest.mark.parametrize("model_name", ["capsnet", "cnn_sabour"])
+def test_the_worst_case_is_as_strong_as_a_multi_targeted_reference(tmp_path, mnist_root, bench, model_name):
+    quick = compose(["suite=robustness", f"output_dir={tmp_path}"]).params  # the default job's attack budget
     cfg = compose(["suite=robustness", "budget=smoke", f"models=[{model_name}]", f"output_dir={tmp_path}",
                    "tracking.enabled=false", f"data.root={mnist_root}", "data.download=false", "device=cpu",
-                   "data.test_subset=60", "params.pgd_steps=50", "params.attacks=[fgsm,pgd,pgd_adaptive,vote]",
+                   "data.test_subset=60", f"params.pgd_steps={quick.pgd_steps}",
+                   f"params.apgd_steps={quick.apgd_steps}",
                    f"params.eps.mnist=[0,{','.join(map(str, EPS))}]"])
     [unit] = plan(cfg)
     model = trained(unit).model.eval()
@@ -54,5 +57,6 @@ def test_the_worst_case_is_as_strong_as_a_multi_targeted_reference(tmp_path, mni
         reference[ids[bench.reference_attack(model, images, splits.test_y[ids], eps, 100).numpy()]] = False
         assert 0 < reference.sum() < clean.sum(), f"eps {eps}: the check needs images both robust and broken"
         only_reference = int((ours & ~reference).sum())
-        assert ours.sum() <= reference.sum(), f"eps {eps}: worst case {ours.sum()} robust, reference {reference.sum()}"
-        assert only_reference <= max(1, n // 100), f"eps {eps}: {only_reference} images broken by the reference only"
+        slack = max(1, n // 100)
+        assert ours.sum() <= reference.sum() + slack, f"eps {eps}: {ours.sum()} robust, reference {reference.sum()}"
+        assert only_reference <= slack, f"eps {eps}: {only_reference} images broken by the reference only"

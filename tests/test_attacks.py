@@ -19,7 +19,7 @@ from capsbench.models import LogitsAdapter
 SETTINGS = AttackSettings(
     steps=10, step_ratio=2.5, restarts=1, square_queries=50, num_classes=10, seed=0, batch_size=40
 )
-GRADIENT = ("fgsm", "pgd", "pgd_adaptive", "vote")
+GRADIENT = ("fgsm", "pgd", "apgd", "apgd_targeted", "pgd_adaptive", "vote")
 
 
 def tiny_model(name: str = "cnn_sabour"):

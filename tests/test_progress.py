@@ -147,9 +147,10 @@ def test_units_are_weighed_by_their_declared_work(tmp_path):
     trains = [w.train > 0 for w in work.values()]
     assert trains == [True, False, True, True, True]
     assert work[units[0].key].measure == 500  # accuracy: one pass over smoke's 500 test images
-    # robustness: 100 test images x (1 + passes of fgsm, pgd, pgd_adaptive, vote over 7 eps and square's 50 queries)
-    pgd = 7 * 2 * (5 + 1) * 1 * 2
-    assert work[units[1].key].measure == 100 * (1 + 7 * 2 * 2 * 1 + 3 * pgd + 50)
+    # robustness: 100 test images x (1 + fgsm's step and the 5-step passes of apgd (1), apgd_targeted (9 targets),
+    # pgd_adaptive (5 + 9) and vote (2), a forward and a backward pass per step at each of 7 eps, + square's 50 queries)
+    one_pass = 7 * 2 * (5 + 1)
+    assert work[units[1].key].measure == 100 * (1 + 7 * 2 * 2 + one_pass * (1 + 9 + 14 + 2) + 50)
 
 
 def test_units_are_credited_as_they_report_and_never_beyond_their_work():

@@ -50,7 +50,8 @@ class BandModel(Classifier):
 
 def measure(model: Classifier, **overrides) -> list[dict]:
     settings = {"eps": {"synthetic": [0.0, 0.25, 0.5]}, "blackbox_eps": {"synthetic": 0.5}, "pgd_steps": 10,
-                "square_queries": 200, "batch_size": 16, "examples": 4, **overrides}
+                "apgd_steps": 10, "apgd_targets": 2, "square_queries": 200, "batch_size": 16, "examples": 4,
+                **overrides}
     params = RobustnessParams(**settings)
     ctx = Context(model=model.eval(), model_name="band", splits=make_splits(n_test=48), params=params, device="cpu",
                   batch_size=16, seed=0, protocol=TrainingProtocol(), resources=eps_grid(params, "synthetic"))
@@ -61,12 +62,8 @@ def fired(records) -> set[str]:
     return {r["check"] for r in records if r["metric"] == "sanity_flag" and r["value"] == 1.0}
 
 
-def value(records, attack, eps) -> float:
-    (v,) = [
-        r["value"]
-        for r in records
-        if r.get("attack") == attack and r.get("eps") == eps and r["metric"] == "robust_accuracy"
-    ]
+def value(records, attack, eps, metric="robust_accuracy") -> float:
+    (v,) = [r["value"] for r in records if r.get("attack") == attack and r.get("eps") == eps and r["metric"] == metric]
     return v
 
 
@@ -74,8 +71,11 @@ def test_flags_stay_quiet_on_a_normal_model():
     records = measure(BandModel())
     clean = [r for r in records if r["metric"] == "clean_accuracy"]
     assert [r["value"] for r in clean] == [100.0] and clean[0]["n"] == 48 and clean[0]["ci_high"] == 100.0
-    for attack in ("fgsm", "pgd", "worst_case"):
+    for attack in ("fgsm", "apgd", "worst_case"):
         assert value(records, attack, 0.0) == 100.0 and value(records, attack, 0.5) == 0.0
+    # the ensemble attacks only what the attacks before it left: here nothing at eps 0.5
+    assert value(records, "apgd_targeted", 0.5, "marginal_breaks") == 0
+    assert value(records, "square", 0.5, "marginal_breaks") == 0
     assert fired(records) == set()
     # the capsule-adaptive attacks do not apply to a CNN: skipped with a reason, so their check has nothing to compare
     assert {r["attack"] for r in records if r["metric"] == "attack_skipped"} == {"pgd_adaptive", "vote"}
@@ -97,7 +97,8 @@ def test_worst_case_is_below_every_attack_and_monotone():
     for r in records:
         if r["metric"] == "robust_accuracy" and r["attack"] != "worst_case":
             assert value(records, "worst_case", r["eps"]) <= r["value"]
-    assert value(records, "worst_case", 0.5) <= value(records, "square", 0.5) < value(records, "pgd", 0.5)
+    assert value(records, "worst_case", 0.5) < value(records, "apgd", 0.5) == 100.0  # Square broke what APGD left
+    assert value(records, "worst_case", 0.5) == pytest.approx(100.0 - value(records, "square", 0.5, "marginal_breaks"))
 
 
 def test_early_exit_and_batching_leave_the_records_identical():
@@ -112,15 +113,15 @@ def test_early_exit_and_batching_leave_the_records_identical():
 
 def test_flags_fire_on_a_gradient_masked_model():
     records = measure(BandModel(quantise=True))
-    assert value(records, "pgd", 0.5) == 100.0  # zero gradients: PGD is stuck
-    assert value(records, "square", 0.5) < 50.0  # the black-box attack is not fooled by the masking
+    assert value(records, "apgd", 0.5) == 100.0  # zero gradients: APGD is stuck
+    assert value(records, "square", 0.5, "marginal_breaks") > 50.0  # the black-box attack is not fooled by the masking
     assert fired(records) == {"blackbox_not_stronger", "near_zero_at_max_eps"}
     assert [r["value"] for r in records if r["metric"] == "sanity_flags"] == [2.0]
 
 
 def test_extra_attacks_only_lower_the_worst_case():
-    base = measure(BandModel(quantise=True), attacks=["fgsm", "pgd"])
-    extra = measure(BandModel(quantise=True), attacks=["fgsm", "pgd"], extra_attacks=["square"])
+    base = measure(BandModel(quantise=True), attacks=["fgsm", "pgd"], ensemble=[])
+    extra = measure(BandModel(quantise=True), attacks=["fgsm", "pgd"], ensemble=[], extra_attacks=["square"])
     assert value(base, "worst_case", 0.5) == 100.0 and value(extra, "worst_case", 0.5) < 50.0
     assert not [r for r in extra if r.get("attack") == "square" and r["metric"] == "robust_accuracy"]
 
@@ -133,6 +134,11 @@ def accuracy_rec(metric, percent, n=200, **cols):
     """A record with outcomes: the first percent% of n images right."""
     ok = np.arange(n) < round(percent * n / 100)
     return {"model": "m", "dataset": "d", "seed": 0, "metric": metric, **accuracy_fields(ok), **cols}
+
+
+def marginal_records(attack, counts, n=200):
+    """An ensemble attack's marginal breaks: counts[i] of n images newly broken at eps 0.1, 0.3."""
+    return [accuracy_rec("marginal_breaks", 100 * k / n, n, attack=attack, eps=e) for e, k in zip((0.1, 0.3), counts)]
 
 
 def curve_records(fgsm, pgd, square=None, clean=90.0, adaptive=None):
@@ -159,6 +165,14 @@ def curve_records(fgsm, pgd, square=None, clean=90.0, adaptive=None):
         (curve_records([90, 50, 5], [90, 40, 2]), {"near_zero_at_max_eps"}),
         (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 38, 0]), set()),  # 2 points on 200 images: noise
         (curve_records([90, 50, 5], [90, 40, 0], adaptive=[90, 25, 0]), {"adaptive_stronger"}),
+        (curve_records([90, 50, 5], [90, 40, 0]) + marginal_records("square", [0]), set()),
+        (curve_records([90, 50, 5], [90, 40, 0]) + marginal_records("square", [1]), {"blackbox_not_stronger"}),
+        (curve_records([90, 50, 5], [90, 40, 0]) + marginal_records("pgd_adaptive", [5, 0]), set()),  # p = 0.06
+        (curve_records([90, 50, 5], [90, 40, 0]) + marginal_records("vote", [6, 0]), {"adaptive_stronger"}),
+        # the worst case at the largest eps reaches 0 only through a black-box ensemble attack: white-box is not ~0
+        (curve_records([90, 50, 5], [90, 40, 2]) + [accuracy_rec("robust_accuracy", v, attack="worst_case", eps=e)
+                                                    for e, v in zip((0.0, 0.1, 0.3), (90, 40, 0))]
+         + marginal_records("square", [0, 4]), {"blackbox_not_stronger", "near_zero_at_max_eps"}),
     ],
 )
 def test_each_check_fires_on_its_own_violation(records, expected):
@@ -184,6 +198,9 @@ def test_fired_flags_are_footnotes_of_the_table(tmp_path):
         ("params.attacks=[pgd,sqaure]", "did you mean 'square'"),
         ("params.blackbox_eps.mnist=0.12", "nonzero value of the eps grid"),
         ("params.attacks=[pgd,pgd_detect_aware]", "params.detection_fpr=0.05"),
+        ("params.ensemble=[apgd_targetd]", "did you mean 'apgd_targeted'"),
+        ("params.ensemble=[fgsm]", "'fgsm' is named twice"),
+        ("params.apgd_steps=0", "must be >= 1"),
         ("params.detection_fpr=1.5", "false-positive rate in \\(0, 1\\)"),
         ("dataset=mnist", None),
     ],
@@ -228,12 +245,14 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
         (clean,) = [r["value"] for r in mine if r["metric"] == "clean_accuracy"]
         cleans.append(clean)
         robust = {(r["attack"], r["eps"]): r for r in mine if r["metric"] == "robust_accuracy"}
-        attacks = (
-            ("fgsm", "pgd", "pgd_adaptive", "vote", "worst_case")
-            if model == "capsnet"
-            else ("fgsm", "pgd", "worst_case")
-        )
-        assert set(robust) == {(a, e) for a in attacks for e in grid} | {("square", 0.15)}
+        marginal = {(r["attack"], r["eps"]) for r in mine if r["metric"] == "marginal_breaks"}
+        if model == "capsnet":  # it has a detector: every attack runs on every image and is reported alone
+            attacks = ("fgsm", "apgd", "apgd_targeted", "pgd_adaptive", "vote", "worst_case")
+            assert set(robust) == {(a, e) for a in attacks for e in grid} | {("square", 0.15)} and not marginal
+        else:  # the ensemble attacks only what the attacks before it left
+            attacks = ("fgsm", "apgd", "worst_case")
+            assert set(robust) == {(a, e) for a in attacks for e in grid}
+            assert marginal == {("apgd_targeted", e) for e in grid[1:]} | {("square", 0.15)}
         for (attack, eps), r in robust.items():
             assert float(r["n"]) == 100 and float(r["ci_low"]) <= r["value"] <= float(r["ci_high"])
             assert robust[("worst_case", eps)]["value"] <= r["value"]
@@ -297,10 +316,10 @@ def test_unknown_attack_fails_with_the_valid_ones_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("name", [m for m in list_models() if MODELS.get(m).cls.is_capsule])
 def test_every_capsule_model_gets_the_adaptive_attacks_and_a_worst_case(name):
     torch.manual_seed(0)
-    records = measure(create_model(name, **tiny_args(name)).eval(), pgd_steps=3, square_queries=20)
-    attacks = {r["attack"] for r in records if r["metric"] == "robust_accuracy"}
+    records = measure(create_model(name, **tiny_args(name)).eval(), pgd_steps=3, apgd_steps=3, square_queries=20)
+    attacks = {r["attack"] for r in records if r["metric"] in ("robust_accuracy", "marginal_breaks")}
     skipped = {r["attack"]: r["reason"] for r in records if r["metric"] == "attack_skipped"}
-    assert {"pgd_adaptive", "worst_case"} <= attacks
+    assert {"apgd", "apgd_targeted", "pgd_adaptive", "worst_case"} <= attacks
     assert "vote" in attacks or (name == "srcapsnet" and "uniform coupling" in skipped["vote"])
 
 

@@ -36,6 +36,8 @@ CATALOG: Registry[AttackEntry] = Registry("attack")
 for _name, _entry in {
     "fgsm": AttackEntry("capsbench.attacks.pgd:FGSM"),
     "pgd": AttackEntry("capsbench.attacks.pgd:PGD"),
+    "apgd": AttackEntry("capsbench.attacks.apgd:APGD"),
+    "apgd_targeted": AttackEntry("capsbench.attacks.apgd:APGDTargeted"),
     "pgd_adaptive": AttackEntry("capsbench.attacks.adaptive:AdaptivePGD"),
     "vote": AttackEntry("capsbench.attacks.adaptive:VoteAttack"),
     "square": AttackEntry("capsbench.attacks.torchattacks_adapters:Square", white_box=False),
@@ -57,7 +59,7 @@ _LAZY = {
     "AttackResult": "capsbench.attacks.base:AttackResult",
     "AttackSettings": "capsbench.attacks.base:AttackSettings",
     "decisions": "capsbench.attacks.base:decisions",
-    "margin": "capsbench.attacks.pgd:margin",
+    "margin": "capsbench.attacks.losses:margin",
     "worst_case_broken": "capsbench.attacks.worst_case:worst_case_broken",
 }
 

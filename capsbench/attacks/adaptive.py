@@ -62,6 +62,10 @@ class AdaptivePGD(PGD):
         targets = others if settings.targets is None else min(settings.targets, others)
         return passes + [Pass(raw, TARGETED, 0, rank) for rank in range(1, targets + 1)]
 
+    def pass_count(self, settings: AttackSettings) -> int:
+        others = settings.num_classes - 1
+        return 5 * self.restarts(settings) + (others if settings.targets is None else min(settings.targets, others))
+
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:
         if not model.is_capsule:
             return "not a capsule model: it has no squash to pass straight through, so this would repeat pgd"

@@ -17,7 +17,8 @@ REJECTED = -1  # a defended model's decision on an input its detector flags: nev
 
 @dataclass(frozen=True)
 class AttackSettings:
-    """How attacks are run. PGD's step size is step_ratio * eps / steps (Madry et al.'s 2.5 eps / k rule).
+    """How attacks are run. PGD's step size is step_ratio * eps / steps (Madry et al.'s 2.5 eps / k rule); APGD sets
+    its own (2 eps, halved at checkpoints).
 
     early_exit: stop attacking an image (row) as soon as one iterate is misclassified. An image counts as broken
     when any iterate is misclassified, so this changes only the cost, never a result.
@@ -38,6 +39,9 @@ class AttackSettings:
     detection_threshold: float | None = None  # the reconstruction detector that pgd_detect_aware evades
     detection_weight: float = 1.0  # its penalty: weight x (distance / threshold - 0.9), where positive
     targets: int | None = None  # classes a multi-targeted pass tries, likeliest first; None: every other class
+    apgd_steps: int = 100  # iterations of each APGD pass
+    apgd_restarts: int = 1  # random starts of the untargeted APGD pass
+    apgd_targets: int | None = None  # classes APGD-T tries, likeliest first; None: every other class
     precision: str = "fp32"  # or bf16: gradient attacks under bf16 autocast, each image judged by the fp32 model
     progress: Callable[[int, int, int], None] | None = field(default=None, compare=False, repr=False)
 

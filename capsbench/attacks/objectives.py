@@ -66,6 +66,16 @@ class RawEvidenceObjective(Objective):
         return Judgement(raw_evidence(out), out.scores.detach().argmax(dim=1))
 
 
+class StraightThroughRawObjective(Objective):
+    """The raw class evidence with every squash and capsule-activation sigmoid back-propagating as the identity
+    (BPDA); the forward pass is the exact model."""
+
+    def __call__(self, x: torch.Tensor) -> Judgement:
+        with straight_through():
+            out = self.model(x)
+        return Judgement(raw_evidence(out), out.scores.detach().argmax(dim=1))
+
+
 class VoteObjective(Objective):
     """The vote surrogate's logits (uniform coupling instead of routing); its forward is not the model's, so
     decisions come from a separate no-grad pass of the real model."""

@@ -13,37 +13,22 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from torch.nn import functional as F
 
 from capsbench.attacks.base import REJECTED, Attack, AttackResult, AttackSettings, decisions, start_noise
+from capsbench.attacks.losses import TARGETED as TARGETED_LOSSES
+from capsbench.attacks.losses import loss_values
 from capsbench.attacks.objectives import Objective
 from capsbench.models import Classifier
 from capsbench.util.precision import autocast
 
-
-def margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Carlini-Wagner margin max_{j != y} z_j - z_y per example: (B, C), (B,) -> (B,); > 0 means misclassified."""
-    true = logits.gather(1, labels[:, None]).squeeze(1)  # (B,)
-    mask = F.one_hot(labels, logits.shape[1]).bool()
-    return logits.masked_fill(mask, float("-inf")).amax(dim=1) - true
-
-
-def targeted_margin(logits: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """z_t - z_y per example: (B, C), (B,), (B,) -> (B,); > 0 means the target class outranks the true one."""
-    return logits.gather(1, targets[:, None]).squeeze(1) - logits.gather(1, labels[:, None]).squeeze(1)
-
-
-LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "ce": lambda logits, labels: F.cross_entropy(logits, labels, reduction="none"),
-    "margin": margin,
-}
-TARGETED = "targeted"  # the loss of a multi-targeted pass: targeted_margin towards (label + offset) mod C
+TARGETED = "targeted"  # the loss of pgd_adaptive's multi-targeted passes: targeted_margin towards a ranked class
 
 
 @dataclass(frozen=True)
 class Pass:
-    """One PGD run over the rows no earlier pass broke: what it differentiates, its loss ("ce", "margin", or
-    "targeted" towards class (label + offset) mod C) and which restart it is (its random start)."""
+    """One run over the rows no earlier pass broke: what it differentiates, its loss (capsbench.attacks.losses: "ce",
+    "margin", "dlr", or a targeted one towards the class ranked `offset` among the others) and which restart it is
+    (its random start)."""
 
     objective: Objective
     loss: str
@@ -51,9 +36,13 @@ class Pass:
     offset: int = 0
 
     @property
+    def targeted(self) -> bool:
+        return self.loss in TARGETED_LOSSES
+
+    @property
     def stream(self) -> str:
         """The random-start stream: every PGD-family attack starts from the same points for a loss and restart."""
-        return f"{self.loss}/{self.restart}" if self.loss != TARGETED else f"{TARGETED}{self.offset}/{self.restart}"
+        return f"{self.loss}{self.offset if self.targeted else ''}/{self.restart}"
 
 
 def pgd_rows(
@@ -96,12 +85,9 @@ def pgd_rows(
         adversarial[live[newly]] = xa.detach()[newly]
         broken[live[newly]] = True
         if last:
-            _report(on_step, len(images), 0)
+            report_steps(on_step, len(images), 0)
             break
-        if loss == TARGETED:
-            value = targeted_margin(judged.logits, labels[live], targets[live])  # (B,)
-        else:
-            value = LOSSES[loss](judged.logits, labels[live])  # (B,)
+        value = loss_values(loss, judged.logits, labels[live], None if targets is None else targets[live])  # (B,)
         if judged.penalty is not None:
             value = value - judged.penalty
         (grad,) = torch.autograd.grad(value.sum(), xa)
@@ -109,18 +95,18 @@ def pgd_rows(
         x[live] = torch.min(torch.max(stepped, lower[live]), upper[live])
         if early_exit:
             live = live[~broken[live] & (eps[live] > 0)]
-        _report(on_step, len(images) * (1 if len(live) else steps - t + 1), len(live))
+        report_steps(on_step, len(images) * (1 if len(live) else steps - t + 1), len(live))
         if len(live) == 0:
             break
     unbroken = ~broken
     adversarial[unbroken] = x[unbroken]
     if precision != "fp32":
-        broken = _wrong_in_fp32(objective, adversarial, labels)
+        broken = wrong_in_fp32(objective, adversarial, labels)
     return broken, adversarial
 
 
 @torch.no_grad()
-def _wrong_in_fp32(objective: Objective, adversarial: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def wrong_in_fp32(objective: Objective, adversarial: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """(R,) whether the model in fp32 (defended, where the objective is) gets each row's adversarial image wrong:
     the first iterate that fooled it in bf16, else its last iterate."""
     decided = objective(adversarial).decided if objective.real_forward else None
@@ -128,7 +114,9 @@ def _wrong_in_fp32(objective: Objective, adversarial: torch.Tensor, labels: torc
         decided = decisions(objective.model, adversarial)
     return (decided != labels) & (decided != REJECTED)
 
-def _report(on_step: Callable[[int, int], None] | None, row_steps: int, left: int) -> None:
+
+def report_steps(on_step: Callable[[int, int], None] | None, row_steps: int, left: int) -> None:
+    """Tell on_step (if any) that `row_steps` more row-steps are done and `left` rows are still attacked."""
     if on_step is not None:
         on_step(row_steps, left)
 
@@ -159,6 +147,10 @@ class PGD(Attack):
 
     def random_start(self) -> bool:
         return True
+
+    def pass_count(self, settings: AttackSettings) -> int:
+        """Passes of one run (each at most steps + 1 row-steps per row), for work estimates made without a model."""
+        return self.restarts(settings) * len(self.losses)
 
     def make_objectives(self, model: Classifier, settings: AttackSettings) -> list[Objective]:
         """What the attack differentiates, in turn: each later objective attacks only what the earlier left."""
@@ -204,15 +196,19 @@ class PGD(Attack):
                 # Every PGD-family attack starts from the same points for a seed: only its objective differs.
                 noise = start_noise(ids[unique.cpu()], tuple(images.shape[1:]), seed=settings.seed,
                                     stream=run.stream, device=images.device)[inverse]
-            targets = None
-            if run.loss == TARGETED:
-                targets = ranked_target(run.objective, images[img], labels[img], run.offset)
-            hit, adv = pgd_rows(run.objective, images[img], labels[img], eps[alive], steps=self.steps(settings),
-                                step_size=self.step_sizes(eps[alive], settings), loss=run.loss, noise=noise,
-                                early_exit=settings.early_exit, targets=targets, precision=settings.precision,
-                                on_step=tally.step)
+            targets = ranked_target(run.objective, images[img], labels[img], run.offset) if run.targeted else None
+            hit, adv = self.attack_rows(run, images[img], labels[img], eps[alive], noise=noise, targets=targets,
+                                        settings=settings, on_step=tally.step)
             broken[rows] = hit
             adversarial[rows] = adv
+
+    def attack_rows(self, run: Pass, images: torch.Tensor, labels: torch.Tensor, eps: torch.Tensor, *,
+                    noise: torch.Tensor | None, targets: torch.Tensor | None, settings: AttackSettings,
+                    on_step: Callable[[int, int], None]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass on rows (R, C, H, W) at eps (R,): broken (R,) and adversarial images, as pgd_rows returns them."""
+        return pgd_rows(run.objective, images, labels, eps, steps=self.steps(settings),
+                        step_size=self.step_sizes(eps, settings), loss=run.loss, noise=noise,
+                        early_exit=settings.early_exit, targets=targets, precision=settings.precision, on_step=on_step)
 
 
 @torch.no_grad()
@@ -222,6 +218,7 @@ def ranked_target(objective: Objective, images: torch.Tensor, labels: torch.Tens
     logits = objective(images).logits.float()  # (R, C)
     others = logits.scatter(1, labels[:, None], float("-inf"))
     return others.argsort(dim=1, descending=True)[:, rank - 1]
+
 
 class _Tally:
     """An attack's row-steps for AttackSettings.progress: done of total, and the rows the current run has left."""

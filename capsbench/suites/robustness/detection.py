@@ -27,9 +27,10 @@ def fit(ctx: Any, run: Any) -> tuple[Detector | None, list[dict[str, Any]]]:
 
 
 def detection_records(ctx: Any, run: Any, detector: Detector, grid: list[float]) -> list[dict[str, Any]]:
-    """Threshold and clean false-positive rate; per attack run and eps > 0 the detection rate among the images it
-    broke and `correct_or_detected` (clean-correct and not broken, or its adversarial image flagged; a clean mistake
-    counts only if flagged); then pgd_detect_aware's, and the per-image worst case over all of them and smaller eps."""
+    """Threshold and clean false-positive rate; per attack reported alone and eps > 0 the detection rate among the
+    images it broke and `correct_or_detected` (clean-correct and not broken, or its adversarial image flagged; a clean
+    mistake counts only if flagged); then pgd_detect_aware's, and the per-image worst case over every attack run (the
+    ensemble's too) and smaller eps."""
     p = ctx.params
     flagged_clean = detector.flags(ctx.model, ctx.splits.test_x, batch_size=p.batch_size)  # (N,)
     wrong_detected = ~run.clean_ok & flagged_clean
@@ -45,6 +46,8 @@ def detection_records(ctx: Any, run: Any, detector: Detector, grid: list[float])
             detected = run.flagged[name][eps]
             ok = (run.clean_ok & ~broken) | (broken & detected) | wrong_detected
             defended.setdefault(name, {})[eps] = ok
+            if name not in run.alone:  # an ensemble attack saw only what the earlier left: in the worst case only
+                continue
             records.append({"metric": "correct_or_detected", "attack": name, "eps": eps, **accuracy_fields(ok.numpy())})
             if broken.any():
                 records.append({"metric": "detection_rate", "attack": name, "eps": eps,

@@ -18,14 +18,17 @@ PER_DATASET = {"keys": "dataset"}  # field metadata: a mapping keyed by dataset 
 class RobustnessParams:
     eps: dict[str, list[float]] = field(default_factory=dict, metadata=PER_DATASET)  # per dataset; must contain 0
     blackbox_eps: dict[str, float] = field(default_factory=dict, metadata=PER_DATASET)  # the one eps Square runs at
-    attacks: list[str] = field(
-        default_factory=lambda: ["fgsm", "pgd", "pgd_adaptive", "vote", "square"]
-    )  # reported alone
-    extra_attacks: list[str] = field(default_factory=list)  # worst case only: run on the images still robust there
+    attacks: list[str] = field(default_factory=lambda: ["fgsm", "apgd"])  # each on every image, reported alone
+    # then in turn, each on the images every attack before it left robust (at this and every smaller eps)
+    ensemble: list[str] = field(default_factory=lambda: ["apgd_targeted", "pgd_adaptive", "vote", "square"])
+    extra_attacks: list[str] = field(default_factory=list)  # after the ensemble, the same way (e.g. autoattack)
     pgd_steps: int = 50
     pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
     pgd_restarts: int = 1
     pgd_targets: int | None = None  # pgd_adaptive's multi-targeted pass: the likeliest classes tried; null: all others
+    apgd_steps: int = 100  # iterations of every APGD pass (apgd, apgd_targeted)
+    apgd_restarts: int = 1  # random starts of apgd
+    apgd_targets: int | None = None  # apgd_targeted: the likeliest other classes tried; null: all others
     attack_precision: str = "fp32"  # bf16: gradient attacks under bf16 autocast, breaks confirmed in fp32 (opt-in)
     square_queries: int = 1000
     batch_size: int = 500  # rows (image x eps pairs) attacked together
@@ -45,11 +48,17 @@ class RobustnessParams:
             raise CapsbenchError(
                 f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}"
             )
-        for key in ("attacks", "extra_attacks"):
+        lists = ("attacks", "ensemble", "extra_attacks")
+        for key in lists:
             for a in p[key]:
                 if a not in CATALOG:
                     raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, CATALOG.names())}")
-        defended = [a for a in (*p.attacks, *p.extra_attacks) if CATALOG.get(a).defended]
+        named = [a for key in lists for a in p[key]]
+        if len(set(named)) < len(named):
+            twice = next(a for a in named if named.count(a) > 1)
+            raise CapsbenchError(f"attack {twice!r} is named twice in params.attacks, ensemble and extra_attacks; "
+                                 "name each attack once")
+        defended = [a for a in named if CATALOG.get(a).defended]
         if defended:
             raise CapsbenchError(
                 f"{defended[0]} is not listed in params.attacks: it runs against the reconstruction "
@@ -61,19 +70,22 @@ class RobustnessParams:
             )
         if p.detection_val_images < 1 or p.detection_weight < 0:
             raise CapsbenchError("params.detection_val_images must be >= 1 and params.detection_weight >= 0")
-        if not p.attacks:
-            raise CapsbenchError("params.attacks is empty: name at least one attack, e.g. params.attacks=[pgd]")
-        black_box = any(not CATALOG.get(a).white_box for a in (*p.attacks, *p.extra_attacks))
+        if not p.attacks and not p.ensemble:
+            raise CapsbenchError("params.attacks and params.ensemble are empty: name at least one attack, e.g. "
+                                 "params.attacks=[apgd]")
+        black_box = any(not CATALOG.get(a).white_box for a in named)
         if black_box and (bb is None or bb not in grid or bb == 0.0):
             raise CapsbenchError(
                 f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}"
             )
-        if p.pgd_steps < 1 or p.pgd_restarts < 1 or p.batch_size < 1 or p.square_queries < 1:
-            raise CapsbenchError("params.pgd_steps, pgd_restarts, batch_size and square_queries must be >= 1")
+        counts = ("pgd_steps", "pgd_restarts", "apgd_steps", "apgd_restarts", "batch_size", "square_queries")
+        if any(p[key] < 1 for key in counts):
+            raise CapsbenchError(f"params.{', '.join(counts)} must be >= 1")
         check_device_precision(p.attack_precision, cfg.device, "params.attack_precision")
-        if p.pgd_targets is not None and p.pgd_targets < 0:
-            raise CapsbenchError(f"params.pgd_targets must be >= 0 (0: no multi-targeted pass) or null for every "
-                                 f"other class, got {p.pgd_targets}")
+        for key in ("pgd_targets", "apgd_targets"):
+            if p[key] is not None and p[key] < 0:
+                raise CapsbenchError(f"params.{key} must be >= 0 (0: no multi-targeted pass) or null for every "
+                                     f"other class, got {p[key]}")
 
 
 @dataclass(frozen=True)

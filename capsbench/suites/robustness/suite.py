@@ -1,6 +1,7 @@
-"""Robust accuracy under L-inf attacks over an eps grid: standard (FGSM, PGD), capsule-adaptive (PGD through the
-squash, Vote Attack) and black-box (Square), the per-image worst case over all of them as the headline, Wilson
-intervals on every number, and gradient-masking checks per (model, seed)."""
+"""Robust accuracy under L-inf attacks over an eps grid: attacks reported alone (FGSM, APGD), then an ensemble
+in which each attack runs on what the earlier ones left (APGD-T; the capsule-adaptive passes where a model has the
+hooks; Square last), the per-image worst case over all of them as the headline, each ensemble attack's marginal
+breaks, Wilson intervals on every number, each model's attack budget, and gradient-masking checks per (model, seed)."""
 
 from __future__ import annotations
 
@@ -33,23 +34,29 @@ FLAG_SYMBOLS = {"eps0_equals_clean": "0", "pgd_not_weaker_than_fgsm": "F", "mono
 ATTACK_ORDER = (
     "worst_case",
     "pgd_detect_aware",
+    "apgd",
+    "apgd_targeted",
     "pgd_adaptive",
     "vote",
     "pgd",
     "fgsm",
     "square",
-)  # the strongest first
+    "autoattack",
+)  # the ensemble's order, the standard attacks after it
 ATTACKS_SHOWN = Group(
     "attack",
     ATTACK_ORDER,
     {
         "worst_case": "worst case",
         "pgd_detect_aware": "PGD detection-aware",
+        "apgd": "APGD",
+        "apgd_targeted": "APGD-T",
         "pgd_adaptive": "PGD adaptive",
         "vote": "Vote",
         "pgd": "PGD",
         "fgsm": "FGSM",
         "square": "Square",
+        "autoattack": "AutoAttack",
     },
 )
 EPS_COLUMNS = SweepColumns("robust_accuracy", "eps", "robust accuracy ({unit}) at eps", drop=(0.0,))  # eps 0 = clean
@@ -67,6 +74,9 @@ def settings(params: Any, num_classes: int) -> AttackSettings:
         batch_size=params.batch_size,
         early_exit=params.early_exit,
         targets=params.pgd_targets,
+        apgd_steps=params.apgd_steps,
+        apgd_restarts=params.apgd_restarts,
+        apgd_targets=params.apgd_targets,
         precision=params.attack_precision,
     )
 
@@ -74,15 +84,26 @@ def settings(params: Any, num_classes: int) -> AttackSettings:
 class RobustnessSuite(Suite):
     """Robust accuracy per (attack, eps) on the test split; an image counts only if it is classified correctly both
     clean and under attack. The attacked decision is the classifier's argmax over its class scores. Every attack in
-    params.attacks runs on every image classified correctly clean (it is reported on its own); `worst_case` is the
-    per-image union over all attacks and smaller eps, and params.extra_attacks attack only what it leaves robust."""
+    params.attacks runs on every image classified correctly clean (it is reported on its own); then each attack of
+    params.ensemble and params.extra_attacks in turn, eps by eps from the smallest, on the images every attack before
+    it left robust at this and every smaller eps (its marginal breaks are reported); `worst_case` is the per-image
+    union over all attacks and smaller eps. Every model gets the same attacks; one that does not apply to a model
+    (the capsule-adaptive ones on a CNN) is skipped with its reason, and the notes state each model's budget."""
 
     description = (
-        "robust accuracy under L-inf FGSM / PGD / adaptive (squash-aware, vote) / Square, worst case, masking checks"
+        "robust accuracy under L-inf FGSM / APGD, an ensemble (APGD-T, capsule-adaptive, Square) on what they leave, "
+        "worst case, each model's budget, masking checks"
     )
     metrics = (
         Metric("clean_accuracy", "%", True, "accuracy on the attacked test images, unperturbed"),
         Metric("robust_accuracy", "%", True, "share of test images classified correctly both clean and under attack"),
+        Metric(
+            "marginal_breaks",
+            "%",
+            None,
+            "share of test images an ensemble attack broke that every attack before it left robust at this and every "
+            "smaller eps (the attack runs on those images only)",
+        ),
         Metric(
             "attack_skipped",
             "count",
@@ -135,6 +156,12 @@ class RobustnessSuite(Suite):
                 drop={"attack": (WORST_CASE,)},
             ),
             TableSpec(
+                "ensemble",
+                "Test images each ensemble attack broke that every attack before it left robust (L-inf)",
+                (SweepColumns("marginal_breaks", "eps", "newly broken ({unit}) at eps", drop=(0.0,), compare=False),),
+                blocks=ATTACKS_SHOWN,
+            ),
+            TableSpec(
                 "detection",
                 "Correct or flagged by the reconstruction detector under attack (L-inf)",
                 (
@@ -181,7 +208,7 @@ class RobustnessSuite(Suite):
         grid, bb = ctx.resources.eps, ctx.resources.blackbox
         clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
-        n_attacks = len(p.attacks) + len(p.extra_attacks)
+        n_attacks = len(_order(p))
         credit = _Credit(len(y), attack_passes(p, len(grid), ctx.splits.spec.num_classes))
         with Progress(f"attacks {ctx.model_name} s{ctx.seed}", None, unit="row-step", count="row-steps") as bar:
             run = _AttackRun(ctx, clean_ok, replace(settings(p, ctx.splits.spec.num_classes),
@@ -195,11 +222,14 @@ class RobustnessSuite(Suite):
                 bar.note(f"{i}/{n_attacks} {name} on {int(clean_ok.sum())} images x {len(eps_values)} eps")
                 credit.start(name)
                 records += run.standalone(name, eps_values)
-            for i, name in enumerate(p.extra_attacks, len(p.attacks) + 1):
+            # With a detector every attack sees every image: one that an earlier attack broke but the detector flags
+            # is not broken for the defended model, so the later attacks must still try it.
+            chain = run.standalone if run.detector is not None else run.worst_case_only
+            for i, name in enumerate(_order(p)[len(p.attacks):], len(p.attacks) + 1):
                 bar.reset(None)
-                bar.note(f"{i}/{n_attacks} {name} on what the worst case leaves robust")
+                bar.note(f"{i}/{n_attacks} {name} on " + ("every image" if run.detector else "what is left robust"))
                 credit.start(name)
-                records += run.worst_case_only(name, grid if CATALOG.get(name).white_box else [bb])
+                records += chain(name, grid if CATALOG.get(name).white_box else [bb])
             if run.detector is not None:
                 bar.reset(None)
                 bar.note("detection-aware PGD")
@@ -228,7 +258,7 @@ class RobustnessSuite(Suite):
 
     def notes(self, records: list[dict[str, Any]], params: Any) -> list[str]:
         """One line per fired sanity flag and per skipped attack (model, seed, what was seen), or one line saying
-        that every check passed."""
+        that every check passed; then each model's attack budget in one line."""
         groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
         for r in records:
             groups[(r["model"], r["dataset"], r["seed"])].append(r)
@@ -239,7 +269,8 @@ class RobustnessSuite(Suite):
             if f.fired
         ] or [f"sanity checks passed for every model and seed: {', '.join(CHECKS)}"]
         skipped = {(r["model"], r["attack"], r["reason"]) for r in records if r["metric"] == "attack_skipped"}
-        return lines + [f"{attack} not run on {model}: {reason}" for model, attack, reason in sorted(skipped)]
+        lines += [f"{attack} not run on {model}: {reason}" for model, attack, reason in sorted(skipped)]
+        return lines + budget_lines(records, params)
 
     def figures(self, ctx: Context) -> dict[str, Figure]:
         """PGD adversarial examples of the first test images at every eps, titled by the model's decision."""
@@ -265,16 +296,39 @@ class RobustnessSuite(Suite):
         return {"adversarial_examples": fig}
 
 
+def _order(params: Any) -> list[str]:
+    """Every attack in the order it runs: those reported alone, then the ensemble, then the extra attacks."""
+    return [*params.attacks, *params.ensemble, *params.extra_attacks]
+
+
+def budget_lines(records: list[dict[str, Any]], params: Any) -> list[str]:
+    """Per (model, dataset): the attacks that ran on it, in the order they ran, each with its budget (steps,
+    restarts, targets, queries) under `params`."""
+    ran: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for r in records:
+        if r["metric"] in ("robust_accuracy", "marginal_breaks") and r["attack"] in CATALOG:
+            ran[(r["model"], r["dataset"])].add(r["attack"])
+    order = [*_order(params), *ATTACK_ORDER]
+    lines = []
+    for (model, dataset), attacks in ran.items():
+        if dataset not in DATASETS:  # records made by hand (no class count to state the targets by)
+            continue
+        s = settings(params, DATASETS.get(dataset).num_classes)
+        got = [f"{a} ({ATTACKS.get(a).budget(s)})" for a in sorted(attacks, key=order.index)]
+        lines.append(f"budget on {model} / {dataset}: " + "; ".join(got))
+    return lines
+
+
 def attack_passes(params: Any, n_eps: int, num_classes: int) -> dict[str, float]:
     """The declared image passes per test image of each attack of `params` over `n_eps` eps values: a PGD-family
     attack a forward and a backward pass per step, restart and loss at each eps; a torchattacks attack one pass per
     query (at each eps when white-box)."""
     s = settings(params, num_classes)
     out = {}
-    for name in [*params.attacks, *params.extra_attacks]:
+    for name in _order(params):
         attack = ATTACKS.get(name)
         if isinstance(attack, PGD):
-            out[name] = float(n_eps * 2 * (attack.steps(s) + 1) * attack.restarts(s) * len(attack.losses))
+            out[name] = float(n_eps * 2 * (attack.steps(s) + 1) * attack.pass_count(s))
         else:
             out[name] = float(attack.queries(s) * (n_eps if CATALOG.get(name).white_box else 1))
     return out
@@ -320,6 +374,7 @@ class _AttackRun:
         self.broken: dict[str, dict[float, torch.Tensor]] = {}
         self.detector: Detector | None = None  # when set, each attack's adversarial images are also checked by it
         self.flagged: dict[str, dict[float, torch.Tensor]] = {}  # per attack and eps: adversarial image flagged
+        self.alone: list[str] = []  # the attacks run on every clean-correct image, reported on their own
         self.seconds: dict[str, float] = defaultdict(float)
         self.rows: dict[str, int] = defaultdict(int)
         self.sample = as_images(ctx.splits.test_x[:1], ctx.device)
@@ -329,6 +384,7 @@ class _AttackRun:
         reason = ATTACKS.get(name).applies_to(self.ctx.model, self.sample)
         if reason is not None:
             return [{"metric": "attack_skipped", "value": 1.0, "attack": name, "reason": reason}]
+        self.alone.append(name)
         broken = self._attack(name, self.clean_ok, eps_values)
         return [
             {
@@ -342,14 +398,19 @@ class _AttackRun:
 
     def worst_case_only(self, name: str, eps_values: list[float]) -> list[dict[str, Any]]:
         """Run `name` at each eps (ascending) only on the images every attack so far, at this and smaller eps, left
-        robust: it can only lower the worst case, so nothing else needs attacking. No records of its own."""
+        robust: it can only lower the worst case, so nothing else needs attacking. Its records: per eps, the images
+        it broke that were robust before it (marginal breaks)."""
         reason = ATTACKS.get(name).applies_to(self.ctx.model, self.sample)
         if reason is not None:
             return [{"metric": "attack_skipped", "value": 1.0, "attack": name, "reason": reason}]
-        for eps in sorted(e for e in eps_values if e > 0):
+        positive = sorted(e for e in eps_values if e > 0)
+        before = worst_case_broken(self.broken, positive, len(self.clean_ok))
+        for eps in positive:
             robust = self.clean_ok & ~worst_case_broken(self.broken, [eps], len(self.clean_ok))[eps]
             self._attack(name, robust, [eps])
-        return []
+        after = worst_case_broken(self.broken, positive, len(self.clean_ok))
+        return [{"metric": "marginal_breaks", "attack": name, "eps": eps,
+                 **accuracy_fields((after[eps] & ~before[eps]).numpy())} for eps in positive]
 
     def attack_quietly(self, name: str, candidates: torch.Tensor, eps_values: list[float]) -> dict[float, torch.Tensor]:
         """Run `name` on the candidate images: which it broke per eps, kept out of the worst case (and unchecked by
