@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from capsbench.attacks import CATALOG as ATTACK_CATALOG
 from capsbench.config.compose import compose
 from capsbench.config.request import Request, nest
 from capsbench.data import DATASETS
@@ -52,6 +53,7 @@ class ClaimSection:
     models: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model -> (args, training, train), as JSON
     images: int | None = None
     eps: set[float] = field(default_factory=set)
+    attacks: set[str] = field(default_factory=set)  # the attacks whose own numbers its claims read
 
 
 @dataclass
@@ -268,6 +270,7 @@ def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig, bud
             section.models[side.model] = wants
             section.images = max(section.images or 0, need.images or 0) or None
             section.eps |= set(need.eps)
+            section.attacks |= {claim.sweep["attack"]} if "attack" in claim.sweep else set()
             placed[(claim.id, name)] = home
     return sections, placed
 
@@ -298,8 +301,14 @@ def _compose(section: ClaimSection, common: Request, params: dict[str, Any]) -> 
         if trains:
             layer.setdefault("model_train", {})[model] = trains
     cfg = compose(common.merged(layer))
-    if section.suite != "robustness" or not section.eps or "eps" in layer["params"]:
+    if section.suite != "robustness":
         return cfg
-    grid = eps_grid(list(cfg.params.eps[section.dataset]), section.eps, cfg.params.blackbox_eps.get(section.dataset))
-    layer["params"] = {**layer["params"], "eps": {section.dataset: grid}}
+    if section.eps and "eps" not in layer["params"]:
+        grid = eps_grid(list(cfg.params.eps[section.dataset]), section.eps,
+                        cfg.params.blackbox_eps.get(section.dataset))
+        layer["params"] = {**layer["params"], "eps": {section.dataset: grid}}
+    run_alone = [*cfg.params.attacks, *cfg.params.ensemble]
+    read = sorted(a for a in section.attacks if a in ATTACK_CATALOG and a not in run_alone)
+    if read and "attacks" not in layer["params"]:  # an attack a claim reads on its own is reported alone
+        layer["params"] = {**layer["params"], "attacks": [*cfg.params.attacks, *read]}
     return compose(common.merged(layer))
