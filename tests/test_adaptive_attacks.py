@@ -172,6 +172,9 @@ def test_pgd_adaptive_runs_a_raw_margin_and_a_multi_targeted_pass_within_its_sta
     assert len(passes) == 2 * 2 * 2 + 2 + 9
     assert len(adaptive.passes(model, dataclasses.replace(SETTINGS, targets=3))) == 2 * 2 + 1 + 3
     assert "targeted raw margin towards every other class" in adaptive.budget(SETTINGS)
+    no_targets = dataclasses.replace(SETTINGS, targets=0)  # the quick budget's: APGD-T covers the targets
+    assert len(adaptive.passes(model, no_targets)) == 2 * 2 + 1 == adaptive.pass_count(no_targets)
+    assert "targeted" not in adaptive.budget(no_targets)
 
 
 def test_bf16_attacks_count_only_breaks_the_fp32_model_confirms():

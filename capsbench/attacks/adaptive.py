@@ -45,7 +45,8 @@ class AdaptivePGD(PGD):
         targets = "every other class" if settings.targets is None else f"the {settings.targets} likeliest classes"
         return (f"{settings.steps} steps of {settings.step_ratio:g} eps/{settings.steps} per pass, random start; ce "
                 f"then margin on log-normalised pre-squash norms (exact, then BPDA), raw-evidence margin, each "
-                f"{settings.restarts} restart(s); then targeted raw margin towards {targets}")
+                f"{settings.restarts} restart(s)" + ("" if settings.targets == 0 else
+                                                     f"; then targeted raw margin towards {targets}"))
 
     def make_objectives(self, model: Classifier, settings: AttackSettings) -> list[Objective]:
         """Passes 1 and 2: the log-normalised pre-squash logits, exact then straight-through."""
