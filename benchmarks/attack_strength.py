@@ -10,7 +10,8 @@ broken only by the reference and only by capsbench, McNemar's p and the seconds 
 `attack_strength <model> eps=E capsbench=X reference=Y within_interval=yes|no` per eps.
 
     CAPSBENCH_DATA=DIR uv run python benchmarks/attack_strength.py --model cnn_sabour --checkpoint CKPT --out DIR
-        [--images 1000] [--steps 100] [--set params.apgd_targets=3 ...] [--cache-dir DIR]
+        [--images 1000] [--steps 100] [--set params.apgd_targets=3 ...] [--cache-dir DIR] [--eps 0.1 ...]
+        [--records RUN/robustness/records.jsonl]
 
 --out keeps each eps's reference result and the suite's records (and its seconds): a finished piece is read back,
 never run again; --reference-only stops after the reference's pieces (they do not depend on capsbench's settings).
@@ -155,6 +156,10 @@ def main() -> None:
                         help="a capsbench checkpoint (.ckpt) of the model to attack, instead of the cache's")
     parser.add_argument("--out", type=Path, default=None, help="keeps the suite's records and the reference's results")
     parser.add_argument("--reference-only", action="store_true", help="run (and keep) the reference's pieces only")
+    parser.add_argument("--eps", type=float, nargs="*", default=list(EPS), help="the eps values to check")
+    parser.add_argument("--records", type=Path, default=None,
+                        help="a run's records.jsonl to compare with (its seed-0 rows of --model) instead of running "
+                             "the suite here; the run must have attacked the same weights and first --images images")
     args = parser.parse_args()
     overrides = ["suite=robustness", f"models=[{args.model}]", f"data.test_subset={args.images}", "device=cpu",
                  *([f"cache_dir={args.cache_dir}"] if args.cache_dir else []), *args.set]
@@ -175,7 +180,7 @@ def main() -> None:
                                 for i in range(0, n, 500)])
     ids = np.flatnonzero(clean)
     references = {}
-    for eps in EPS:
+    for eps in args.eps:
         piece = None if args.out is None else args.out / f"reference@{eps:g}.json"
         if piece is not None and piece.exists():
             references[eps] = json.loads(piece.read_text())
@@ -190,7 +195,11 @@ def main() -> None:
     if args.reference_only:
         return
     saved = None if args.out is None else args.out / "records.json"
-    if saved is not None and saved.exists():
+    if args.records is not None:
+        rows = [json.loads(line) for line in args.records.read_text().splitlines() if line.strip()]
+        kept = {"records": [r for r in rows if r.get("model") == args.model and r.get("seed") == 0],
+                "seconds": float("nan")}
+    elif saved is not None and saved.exists():
         kept = json.loads(saved.read_text())
     else:
         start = time.perf_counter()
@@ -198,9 +207,10 @@ def main() -> None:
         if saved is not None:
             saved.write_text(json.dumps(kept, default=float))
     records = kept["records"]
-    print(f"{args.model}: {n} test images, {len(ids)} correct clean; the suite's attacks took "
-          f"{kept['seconds']:.0f} s ({' '.join(args.set) or 'default settings'})")
-    for eps in EPS:
+    source = (f"records of {args.records}" if args.records
+              else f"the suite's attacks took {kept['seconds']:.0f} s")
+    print(f"{args.model}: {n} test images, {len(ids)} correct clean; {source} ({' '.join(args.set) or 'default settings'})")
+    for eps in args.eps:
         worst = next(r for r in records if r["metric"] == "robust_accuracy" and r.get("attack") == "worst_case"
                      and r["eps"] == eps)
         ours = decode_outcomes(worst["outcomes"], n)
