@@ -209,7 +209,8 @@ def main() -> None:
     records = kept["records"]
     source = (f"records of {args.records}" if args.records
               else f"the suite's attacks took {kept['seconds']:.0f} s")
-    print(f"{args.model}: {n} test images, {len(ids)} correct clean; {source} ({' '.join(args.set) or 'default settings'})")
+    settings = " ".join(args.set) or "default settings"
+    print(f"{args.model}: {n} test images, {len(ids)} correct clean; {source} ({settings})")
     for eps in args.eps:
         worst = next(r for r in records if r["metric"] == "robust_accuracy" and r.get("attack") == "worst_case"
                      and r["eps"] == eps)

@@ -15,8 +15,9 @@ from capsbench.run.units import UnitSpec
 QUICK_EPOCH = {"capsnet": 0.75, "cnn_sabour": 1.22, "cnn_9x9": 0.65}
 PAPER_EPOCH = {"capsnet": 18.0}  # the published CapsNet: about 18 minutes per MNIST epoch on 2 CPU cores
 # Robustness attacks, minutes per 1,000 test images per nonzero eps at quick sizes (the default job: 1,000 images,
-# 6 nonzero eps; the per-image worst case over every attack of the suite's default list).
-QUICK_ATTACK = {"capsnet": 3.7, "cnn_sabour": 0.85, "cnn_9x9": 0.5}
+# 6 nonzero eps; FGSM, APGD and the ensemble of the quick budget, measured idle on 2026-11-26:
+# results/robustness-quick-cpu2.md).
+QUICK_ATTACK = {"capsnet": 0.94, "cnn_sabour": 0.56, "cnn_9x9": 0.24}
 DETECTION_FACTOR = 2.0  # params.detection_fpr adds the detection-aware attack and the detector's own pass
 PER_UNIT = {("overlap", "quick"): 1.9, ("efficiency", "quick"): 0.6, ("efficiency", "paper"): 3.0,
             ("accuracy", "quick"): 0.1, ("accuracy", "paper"): 1.0}
