@@ -11,12 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-from capsbench.attacks.base import REJECTED, AttackSettings, decisions
-from capsbench.attacks.losses import MIN_CLASSES, loss_values
+from capsbench.attacks.base import AttackSettings
+from capsbench.attacks.losses import MIN_CLASSES
 from capsbench.attacks.objectives import Objective, RawEvidenceObjective
-from capsbench.attacks.pgd import PGD, Pass, report_steps, wrong_in_fp32
+from capsbench.attacks.pgd import PGD, Pass, iterate_loss, judge_iterate, report_steps, wrong_in_fp32
 from capsbench.models import Classifier
-from capsbench.util.precision import autocast
 
 MOMENTUM = 0.75  # alpha: x(k+1) = x(k) + alpha (z(k+1) - x(k)) + (1 - alpha) (x(k) - x(k-1))
 RHO = 0.75  # condition 1: the step halves when fewer than rho of the steps since the last checkpoint raised the loss
@@ -98,23 +97,11 @@ def apgd_rows(
             before[live] = here
             x[live] = torch.min(torch.max(moved, lower[live]), upper[live])
         xa = x[live].requires_grad_(not last)
-        judged = None
-        with autocast(images.device.type, precision):
-            if not last or objective.real_forward:
-                with torch.set_grad_enabled(not last):
-                    judged = objective(xa)
-            decided = None if judged is None else judged.decided
-            if decided is None:  # a surrogate objective: the real model decides
-                decided = decisions(objective.model, xa.detach())
-        newly = (decided != labels[live]) & (decided != REJECTED) & ~broken[live]
-        adversarial[live[newly]] = xa.detach()[newly]
-        broken[live[newly]] = True
+        judged = judge_iterate(objective, xa, labels, live, broken, adversarial, last=last, precision=precision)
         if last:
             report_steps(on_step, len(images), 0)
             break
-        f = loss_values(loss, judged.logits, labels[live], None if targets is None else targets[live])  # (B,)
-        if judged.penalty is not None:
-            f = f - judged.penalty
+        f = iterate_loss(judged, loss, labels, targets, live)  # (B,)
         (g,) = torch.autograd.grad(f.sum(), xa)
         grad[live] = g
         better, halve = control.observe(t, live, f.detach().float())

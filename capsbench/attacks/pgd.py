@@ -17,7 +17,7 @@ import torch
 from capsbench.attacks.base import REJECTED, Attack, AttackResult, AttackSettings, decisions, start_noise
 from capsbench.attacks.losses import TARGETED as TARGETED_LOSSES
 from capsbench.attacks.losses import loss_values
-from capsbench.attacks.objectives import Objective
+from capsbench.attacks.objectives import Judgement, Objective
 from capsbench.models import Classifier
 from capsbench.util.precision import autocast
 
@@ -44,6 +44,32 @@ class Pass:
         """The random-start stream: every PGD-family attack starts from the same points for a loss and restart."""
         return f"{self.loss}{self.offset if self.targeted else ''}/{self.restart}"
 
+
+
+def judge_iterate(objective: Objective, xa: torch.Tensor, labels: torch.Tensor, live: torch.Tensor,
+                  broken: torch.Tensor, adversarial: torch.Tensor, *, last: bool, precision: str) -> Judgement | None:
+    """The objective on the iterate xa of the live rows (with its graph unless last; None on the last step of an
+    objective that needs no real forward pass), the real model deciding where the objective is a surrogate; rows it
+    newly misclassifies (not rejected) are marked in broken and their iterate kept in adversarial."""
+    judged = None
+    with autocast(xa.device.type, precision):
+        if not last or objective.real_forward:
+            with torch.set_grad_enabled(not last):
+                judged = objective(xa)
+        decided = None if judged is None else judged.decided
+        if decided is None:  # a surrogate objective: the real model decides
+            decided = decisions(objective.model, xa.detach())
+    newly = (decided != labels[live]) & (decided != REJECTED) & ~broken[live]
+    adversarial[live[newly]] = xa.detach()[newly]
+    broken[live[newly]] = True
+    return judged
+
+
+def iterate_loss(judged: Judgement, loss: str, labels: torch.Tensor, targets: torch.Tensor | None,
+                 live: torch.Tensor) -> torch.Tensor:
+    """(B,) the loss an attack ascends on the live rows, less the objective's penalty where it has one."""
+    value = loss_values(loss, judged.logits, labels[live], None if targets is None else targets[live])
+    return value if judged.penalty is None else value - judged.penalty
 
 def pgd_rows(
     objective: Objective, images: torch.Tensor, labels: torch.Tensor, eps: torch.Tensor, *, steps: int,
@@ -73,23 +99,11 @@ def pgd_rows(
     for t in range(steps + 1):
         last = t == steps
         xa = x[live].requires_grad_(not last)
-        judged = None
-        with autocast(images.device.type, precision):
-            if not last or objective.real_forward:
-                with torch.set_grad_enabled(not last):
-                    judged = objective(xa)
-            decided = None if judged is None else judged.decided
-            if decided is None:  # a surrogate objective: the real model decides
-                decided = decisions(objective.model, xa.detach())
-        newly = (decided != labels[live]) & (decided != REJECTED) & ~broken[live]
-        adversarial[live[newly]] = xa.detach()[newly]
-        broken[live[newly]] = True
+        judged = judge_iterate(objective, xa, labels, live, broken, adversarial, last=last, precision=precision)
         if last:
             report_steps(on_step, len(images), 0)
             break
-        value = loss_values(loss, judged.logits, labels[live], None if targets is None else targets[live])  # (B,)
-        if judged.penalty is not None:
-            value = value - judged.penalty
+        value = iterate_loss(judged, loss, labels, targets, live)  # (B,)
         (grad,) = torch.autograd.grad(value.sum(), xa)
         stepped = xa.detach() + step_size[live].view(shape) * grad.sign()
         x[live] = torch.min(torch.max(stepped, lower[live]), upper[live])
