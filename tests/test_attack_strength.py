@@ -32,12 +32,15 @@ def bench():
 @pytest.mark.slow
 @pytest.mark.parametrize("model_name", ["capsnet", "cnn_sabour"])
 def test_the_worst_case_is_as_strong_as_a_multi_targeted_reference(tmp_path, mnist_root, bench, model_name):
-    quick = compose(["suite=robustness", f"output_dir={tmp_path}"]).params  # the default job's attack budget
+    # the default job's steps, with APGD-T towards every other class: with the quick budget's 3 targets one of the two
+    # smoke models failed this check (21 robust against 19 at eps 0.1), and the quick CNN rows are 1-2 points above
+    # this reference (results/robustness-quick-cpu2.md)
+    quick = compose(["suite=robustness", f"output_dir={tmp_path}"]).params
     cfg = compose(["suite=robustness", "budget=smoke", f"models=[{model_name}]", f"output_dir={tmp_path}",
                    "tracking.enabled=false", f"data.root={mnist_root}", "data.download=false", "device=cpu",
                    "data.test_subset=60", f"params.pgd_steps={quick.pgd_steps}",
                    f"params.apgd_steps={quick.apgd_steps}",
-                   f"params.eps.mnist=[0,{','.join(map(str, EPS))}]"])
+                   f"params.eps.mnist=[0,{','.join(map(str, EPS))}]", f"params.blackbox_eps.mnist={EPS[-1]}"])
     [unit] = plan(cfg)
     model = trained(unit).model.eval()
     ucfg = unit.run_config()
