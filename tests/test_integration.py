@@ -1,6 +1,9 @@
 """End to end on real MNIST: `capsbench run suite=accuracy budget=smoke` writes records, tables and MLflow runs."""
 
 import csv
+import os
+import signal
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -95,8 +98,9 @@ def test_interrupted_run_is_marked_killed_and_next_run_is_clean(tmp_path, smoke_
 
     def interrupt_on_second_model(cfg, name, *args, **kwargs):
         calls.append(name)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
+        if len(calls) == 2:  # Ctrl-C as a terminal sends it (a KeyboardInterrupt that no signal sent is a code error)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler raises here
         return real_obtain(cfg, name, *args, **kwargs)
 
     monkeypatch.setattr(execute, "obtain_model", interrupt_on_second_model)
