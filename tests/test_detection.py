@@ -60,7 +60,7 @@ def test_the_suite_reports_detection_for_decoder_models_and_skips_the_rest():
     torch.manual_seed(0)
     capsnet = create_model("capsnet", **tiny_args("capsnet")).eval()
     records = measure(
-        capsnet, pgd_steps=3, attacks=["fgsm", "pgd_adaptive"], detection_fpr=0.1, detection_val_images=32
+        capsnet, pgd_steps=3, attacks=["fgsm", "pgd_adaptive"], ensemble=[], detection_fpr=0.1, detection_val_images=32
     )
     cod = {(r["attack"], r["eps"]): r["value"] for r in records if r["metric"] == "correct_or_detected"}
     assert set(cod) == {(a, e) for a in ("fgsm", "pgd_adaptive", "pgd_detect_aware", "worst_case") for e in (0.25, 0.5)}
@@ -72,7 +72,7 @@ def test_the_suite_reports_detection_for_decoder_models_and_skips_the_rest():
     robust = {r["attack"] for r in records if r["metric"] == "robust_accuracy"}
     assert "pgd_detect_aware" not in robust  # its success criterion differs: it is not a plain robust accuracy
 
-    plain = measure(BandModel(), pgd_steps=3, attacks=["pgd"], detection_fpr=0.1)
+    plain = measure(BandModel(), pgd_steps=3, attacks=["pgd"], ensemble=[], detection_fpr=0.1)
     (skip,) = [r for r in plain if r["metric"] == "attack_skipped"]
     assert skip["attack"] == "pgd_detect_aware" and "no reconstruction decoder" in skip["reason"]
     assert not [r for r in plain if r["metric"] == "correct_or_detected"]
