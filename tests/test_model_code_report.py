@@ -62,8 +62,8 @@ def test_seeds_of_two_versions_of_an_external_models_source_are_never_mixed(tmp_
     result = CliRunner().invoke(app, ["report", "suite=accuracy", f"output_dir={tmp_path}"])
     assert result.exit_code == 2, result.output
     (line,) = [text for text in result.output.splitlines() if text.startswith("error:")]
-    assert line.startswith(f"error: suite 'accuracy': model 'ux' (uxmodel:Fixme) was measured with 2 versions of its "
-                           f"source: {relu[:12]} (latest run "), line
+    assert line.startswith("error: no suite can be reported: suite 'accuracy': model 'ux' (uxmodel:Fixme) was "
+                           f"measured with 2 versions of its source: {relu[:12]} (latest run "), line
     assert f"; {tanh[:12]} (latest run " in line and f"choose one with code={tanh[:12]} (or narrow the dates" in line
     picked = CliRunner().invoke(app, ["report", "suite=accuracy", f"code={relu[:12]}", f"output_dir={tmp_path}"])
     assert picked.exit_code == 0, picked.output
