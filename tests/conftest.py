@@ -64,6 +64,13 @@ def unit_cfg(cfg, model: str, seed: int = 0):
     return training_unit(cfg, model, seed).run_config()
 
 
+@pytest.fixture(autouse=True)
+def own_tracking_uri(monkeypatch):
+    """No MLFLOW_TRACKING_URI in a test, and none left behind: mlflow.set_tracking_uri exports it, which would send
+    every later run, and every subprocess, to that test's store."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
 @pytest.fixture
 def mnist_root() -> Path:
     if not (MNIST_ROOT / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists():

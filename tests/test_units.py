@@ -1,5 +1,5 @@
 """Units of work: the plan, their keys, the store of finished units, resuming after an interruption, failed units
-reported and retried, and the MLflow runs the driver writes (read back through mlflow.search_runs)."""
+reported and retried, and the MLflow runs the driver writes (read back through MlflowClient.search_runs)."""
 
 import json
 import os
@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import mlflow
 import pytest
 from composing import compose
 from conftest import make_splits
@@ -131,8 +130,8 @@ def test_unreadable_unit_files_are_moved_aside(tmp_path, synthetic):
 def test_mlflow_runs_read_back_with_names_statuses_tags_metrics_and_curves(tmp_path, synthetic):
     cfg = smoke(tmp_path, "models=[capsnet]", "seeds=[0,1]")
     driver.run_suite(cfg)
-    mlflow.set_tracking_uri(cfg.tracking.uri)
-    runs = mlflow.search_runs(experiment_names=["capsbench"], output_format="list")
+    client = MlflowClient(cfg.tracking.uri)  # not mlflow.set_tracking_uri: it exports MLFLOW_TRACKING_URI to the process
+    runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = sorted(
         (r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id), key=lambda r: r.info.run_name
@@ -156,7 +155,6 @@ def test_mlflow_runs_read_back_with_names_statuses_tags_metrics_and_curves(tmp_p
     assert 0 <= children[0].data.metrics["test_accuracy"] <= 100
     mean = sum(c.data.metrics["test_accuracy"] for c in children) / 2
     assert parent.data.metrics["capsnet.test_accuracy"] == pytest.approx(mean)  # headline: mean over seeds
-    client = MlflowClient(cfg.tracking.uri)
     curve = client.get_metric_history(children[0].info.run_id, "val/accuracy")
     assert [m.step for m in curve] == [1, 2]
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"table.md", "records.csv", "records.jsonl"}
