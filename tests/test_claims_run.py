@@ -23,6 +23,7 @@ from capsbench.run import execute
 from capsbench.run.claims_plan import plan_claims
 from capsbench.run.driver import run_plan
 from capsbench.run.plan import plan, unit_threads
+from capsbench.run.units import UnitResult
 
 FASHION_CLAIM = """# A test fixture on real Fashion-MNIST, not a published claim: it exercises the plumbing only.
 source: {id: fixture, citation: "capsbench test fixture (not a published claim)"}
@@ -206,3 +207,20 @@ def test_claims_run_prints_json_with_its_verdicts(tmp_path: Path, monkeypatch):
     assert [c["id"] for c in claims["claims"]] == ["fixture-fashion-fgsm"]
     assert claims["claims"][0]["verdict"] == "protocol not met"  # a smoke run never yields a verdict
     assert Path(claims["files"]["claims.md"]).is_file()
+
+
+def test_a_paper_budget_claim_of_a_suite_that_trains_nothing_is_judged_at_paper_in_a_quick_run(tmp_path: Path):
+    """The parameter claim's efficiency units are measured at budget=paper whatever the run's budget, so its verdict
+    reads their budget: decided, and marked (paper, 3 seeds), not 'measured at budget=quick'."""
+    root = fake_root(tmp_path, "mnist")
+    p = plan_claims(parse_command_line(["budget=quick", f"data.root={root}", f"output_dir={tmp_path}", "device=cpu",
+                                        "claims=[sabour2017-params]"]))
+    units = p.units["sabour2017-params"]
+    assert {u.config["budget"] for u in units} == {"paper"} and len(units) == 6
+    counts = {"capsnet": 8.215568, "cnn_sabour": 35.445522}
+    done = {u.key: UnitResult(key=u.key, spec=u, status="done", params={}, records=[
+        {"suite": "efficiency", "model": u.model, "dataset": "mnist", "seed": u.seed, "metric": "params",
+         "value": counts[u.model], "part": "total"}]) for u in units}
+    (claim,) = p.claims
+    judged = p.plan.finish._judgement(claim, done)
+    assert (judged.verdict, judged.budget, judged.seeds) == ("supported", "paper", 3), judged.reason

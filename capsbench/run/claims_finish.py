@@ -80,7 +80,7 @@ class JudgeClaims:
             suite=result.key,
             description=f"{suite_cls.description}; for the claims {', '.join(claims)}",
             output=result.output,
-            budget=run.budget,
+            budget=result.cfg.budget,  # the section's: a paper-budget claim's section is measured at paper
             version=run.version,
             datasets=[result.cfg.dataset],
             runs=[Run(result.parent_run_id or "(tracking off)", run.started, str(run.seeds))],
@@ -88,7 +88,7 @@ class JudgeClaims:
             settings=_flat(OmegaConf.to_container(result.cfg, resolve=True)),
             model_args={r.spec.model: logged_args(r) for r in finished},
             changed=changed_settings({k: str(v) for k, v in flatten(OmegaConf.to_container(result.cfg, resolve=True))
-                                      .items()}, result.cfg.suite, run.budget),
+                                      .items()}, result.cfg.suite, result.cfg.budget),
         )
 
     def _judgement(self, claim: Claim, done: dict[str, UnitResult]) -> Judgement:
@@ -106,7 +106,7 @@ class JudgeClaims:
         records = [r for result in finished for r in result.records]
         model_args = {r.spec.model: logged_args(r) for r in finished}
         evidence = Evidence(records_frame(records, SUITES.get(claim.suite)), model_args, _settings(claim, finished),
-                            self.budget)
+                            _measured_budget(units, self.budget))
         judged = judge(claim, evidence, self.one_seed)
         failed = [done[u.key] for u in units if u.key in done and done[u.key].status != "done"]
         if not failed:
@@ -114,6 +114,13 @@ class JudgeClaims:
         why = "; ".join(f"{r.spec.name} failed ({r.error})" for r in failed)
         return Judgement(claim, judged.verdict, f"{judged.reason}; {why}", judged.better, judged.worse, judged.p,
                          judged.budget, judged.seeds, "rerun the same command (failed units are measured again)")
+
+
+def _measured_budget(units: list[UnitSpec], budget: str) -> str:
+    """The budget the claim's units were measured at (one section's: a claim whose protocol assumes budget=paper and
+    whose suite trains nothing is measured at paper whatever the run's budget), else the run's `budget`."""
+    found = {str(u.config["budget"]) for u in units}
+    return found.pop() if len(found) == 1 else budget
 
 
 def _finished(done: dict[str, UnitResult], unit: UnitSpec) -> bool:

@@ -164,6 +164,8 @@ def _notes(p: ClaimPlan) -> list[tuple[int, str]]:
         images = f"{need.images:,} test images ({need.images_why})" if need.images else "the budget's test images"
         train = (f"trained to {need.train['target_val_accuracy']:g} % validation accuracy (at most "
                  f"{need.train.get('max_epochs', 'the budget')} epochs)" if need.train else "the budget's training")
+        at = {str(u.config["budget"]) for u in claim_units} - {cfg.budget}  # a paper-budget claim of a suite
+        train += f", at budget={at.pop()}" if at else ""  # that trains nothing is measured at paper
         notes.append((logging.INFO, f"claim {cid}: {len(claim_units)} units, {images}, {train}; "
                                     f"{p.estimates[cid].words()} still to run"))
     notes.append((logging.INFO, f"estimated time of the units still to run: {p.total.words()} on 2 CPU cores"
