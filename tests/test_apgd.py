@@ -2,6 +2,7 @@
 logits' scale), the paper's checkpoints, the step-size halving conditions, a targeted pass reaching its target on a
 linear model, and the ensemble's budget lines."""
 
+import dataclasses
 import math
 
 import pytest
@@ -99,3 +100,5 @@ def test_the_ensemble_states_its_budget():
                               apgd_steps=25, apgd_targets=3)
     assert ATTACKS.get("apgd").budget(settings) == "APGD, margin loss, 25 steps, 1 restart(s)"
     assert "3 likeliest classes, 25 steps each" in ATTACKS.get("apgd_targeted").budget(settings)
+    every = dataclasses.replace(settings, apgd_targets=None)
+    assert "towards each of the 9 other classes, 25 steps each" in ATTACKS.get("apgd_targeted").budget(every)

@@ -130,7 +130,7 @@ def test_unreadable_unit_files_are_moved_aside(tmp_path, synthetic):
 def test_mlflow_runs_read_back_with_names_statuses_tags_metrics_and_curves(tmp_path, synthetic):
     cfg = smoke(tmp_path, "models=[capsnet]", "seeds=[0,1]")
     driver.run_suite(cfg)
-    client = MlflowClient(cfg.tracking.uri)  # not mlflow.set_tracking_uri: it exports MLFLOW_TRACKING_URI to the process
+    client = MlflowClient(cfg.tracking.uri)  # not mlflow.set_tracking_uri: it exports MLFLOW_TRACKING_URI
     runs = client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = sorted(

@@ -168,8 +168,9 @@ class APGDTargeted(APGD):
     losses = ("targeted_dlr",)
 
     def budget(self, settings: AttackSettings) -> str:
-        return (f"APGD-T (targeted DLR) towards the {self.targets(settings)} likeliest classes, "
-                f"{settings.apgd_steps} steps each")
+        n = self.targets(settings)
+        towards = f"each of the {n} other classes" if n == settings.num_classes - 1 else f"the {n} likeliest classes"
+        return f"APGD-T (targeted DLR) towards {towards}, {settings.apgd_steps} steps each"
 
     def targets(self, settings: AttackSettings) -> int:
         others = settings.num_classes - 1
