@@ -137,7 +137,8 @@ def _across_seeds(
 ) -> Decision:
     """Two or more seeds on both sides: direction in every seed, t-test on the differences, pooled McNemar."""
     p_seed = seed_differences_p(diffs)
-    tests = f"t-test on the per-seed {name}s p = {p_seed:.2g}"
+    per_seed = "differences" if claim.ratio is None else f"log-ratios against {claim.ratio:g}x"
+    tests = f"t-test on the per-seed {per_seed} p = {p_seed:.2g}"
     if pooled is not None:
         tests += f", paired McNemar on {pooled[0]:,} pooled test images p = {pooled[1]:.2g}"
     ahead = [s for s, d in zip(seeds, diffs) if d > 0]
