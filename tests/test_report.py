@@ -152,6 +152,7 @@ def test_cells_with_fewer_seeds_are_marked():
         (8215568.0, None, "count", ("8,215,568", None)),
         (2857.14, None, "img/s", ("2,857", None)),
         (98.5, 0.0, "%", ("98.50", "0.00")),
+        (203.20256, 2.8e-14, "M MACs", ("203.2", "0.0")),  # an exact count's float rounding is no spread
     ],
 )
 def test_format_value_significant_digits(mean, std, unit, expected):

@@ -9,13 +9,15 @@ from dataclasses import dataclass
 
 from capsbench.reporting.model import Cell, Flags, Measured, Published
 
+FLOAT_NOISE = 1e-9  # a spread below this share of the mean is rounding in the sum, not a spread (an exact count)
+
 
 def format_value(mean: float, std: float | None, unit: str) -> tuple[str, str | None]:
     """Mean and std as text with sensible digits: a positive std to two significant digits and the mean to
     the same decimal place; otherwise % to two decimals, numbers from 1,000 up as whole numbers with thousands
     separators, anything else
     to 4 significant digits."""
-    if std is not None and math.isfinite(std) and std > 0:
+    if std is not None and math.isfinite(std) and std > FLOAT_NOISE * abs(mean):
         decimals = min(6, max(0, 1 - math.floor(math.log10(std))))
         return f"{mean:.{decimals}f}", f"{std:.{decimals}f}"
     if unit == "%" and abs(mean) < 1000:

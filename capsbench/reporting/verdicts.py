@@ -12,6 +12,7 @@ import pandas as pd
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import Claim, Side
 from capsbench.reporting.claim_tests import Evidence, decide
+from capsbench.reporting.formatting import FLOAT_NOISE
 from capsbench.reporting.frame import UNDERTRAINED, row_models
 from capsbench.reporting.latex import tex
 from capsbench.reporting.protocol_checks import protocol_misses, side_rows
@@ -150,7 +151,8 @@ def describe(e: Evidence | None) -> str:
         return "–"
     if e.std is not None:
         images = f", {e.images:,} images each" if e.images else ""
-        return f"{e.mean:.4g} ± {e.std:.2g} ({len(e.values)} seeds{images})"
+        std = f"{e.std:.2g}" if e.std > FLOAT_NOISE * abs(e.mean) else "0"  # an exact count's float rounding
+        return f"{e.mean:.4g} ± {std} ({len(e.values)} seeds{images})"
     text = f"{e.mean:.4g}"
     return (
         text
