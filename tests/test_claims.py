@@ -329,3 +329,14 @@ def test_shipped_claims_declare_their_protocol():
     assert claims["circulated-speed"].checks[0].kind == "budget"
     assert claims["sabour2017-multimnist"].checks[0].value == 2
     assert claims["qin2020-detection"].run == {"params.detection_fpr": 0.05}
+
+
+def test_an_exact_count_measured_in_three_seeds_has_no_spread():
+    """Summing float parameter counts leaves a std of ~1e-15: the claims table prints it as 0, a real spread as is."""
+    from capsbench.reporting.claim_tests import Evidence
+    from capsbench.reporting.verdicts import describe
+
+    counts = Evidence({s: v for s, v in enumerate([6.804, 6.804 + 1e-15, 6.804])}, {}, None, None)
+    spread = Evidence({0: 38.5, 1: 31.0, 2: 45.2}, {}, None, None)
+    assert describe(counts) == "6.804 ± 0 (3 seeds)"
+    assert describe(spread) == f"38.23 ± {spread.std:.2g} (3 seeds)"
