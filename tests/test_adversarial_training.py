@@ -142,8 +142,9 @@ def test_adversarial_training_raises_smoke_robust_accuracy(tmp_path, mnist_root)
         ["suite=robustness", "budget=smoke", f"output_dir={tmp_path}", "tracking.enabled=false", "device=cpu"]
     )
     splits = load_splits(
-        "mnist", root=mnist_root, download=False, val_size=5000, train_subset=3000, val_subset=300, test_subset=300
+        "mnist", root=mnist_root, download=False, val_size=5000, train_subset=3000, val_subset=300
     )
+    splits.test_x, splits.test_y = splits.test_x[:300], splits.test_y[:300]
     standard = obtain_model(cfg, "cnn_sabour", 0, splits).model.eval()
     cfg.train.adversarial = "pgd"
     robust = obtain_model(cfg, "cnn_sabour", 0, splits).model.eval()

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from capsbench.config.launch import LAUNCHERS, require_extra
 from capsbench.data import DATASETS
+from capsbench.data.catalog import TEST_DRAWS
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS, check_model_arguments
 from capsbench.util.precision import check_train_precision
@@ -42,6 +43,8 @@ DATA_RULES: dict[str, Rule] = {
     "train_subset": _optional(_at_least(1), "for all images"),
     "val_subset": _optional(_at_least(1), "for all images"),
     "test_subset": _optional(_at_least(1), "for all images"),
+    "test_subset_draw": (lambda v: v in TEST_DRAWS, f"one of {', '.join(TEST_DRAWS)}"),
+    "test_subset_seed": _at_least(0),
     "max_shift": _at_least(0),
 }
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
@@ -136,11 +139,26 @@ def validate(cfg: DictConfig, *, explicit_root: str | None, model_trains: dict[s
         check_optimizer(train, where)
         check_training_protocol(train, where, cfg.suite)
     check_ranges(cfg.data, DATA_RULES, "data")
-    DATASETS.get(cfg.dataset)
+    check_split_sizes(cfg.data, cfg.dataset)
     if not (cfg.device in ("auto", "cpu", "mps") or cfg.device == "cuda" or _cuda_index(cfg.device)):
         raise CapsbenchError(f"device must be one of {DEVICES}, got {cfg.device!r}")
     check_data_root(cfg.data.root, explicit=explicit_root, download=cfg.data.download)
     check_launch(cfg)
+
+
+def check_split_sizes(data: DictConfig, dataset: str) -> None:
+    """data.val_size leaves training images, and data.test_subset is no more than the dataset's test split holds."""
+    spec = DATASETS.get(dataset)
+    if data.val_size >= spec.train_size:
+        raise CapsbenchError(
+            f"data.val_size={data.val_size} leaves no training images: {dataset}'s training split has "
+            f"{spec.train_size:,}; give fewer, e.g. data.val_size=5000"
+        )
+    if data.test_subset is not None and data.test_subset > spec.test_size:
+        raise CapsbenchError(
+            f"data.test_subset={data.test_subset} is more than {dataset}'s {spec.test_size:,} test images: give at "
+            f"most {spec.test_size}, or data.test_subset=null for all of them"
+        )
 
 
 def check_optimizer(train: DictConfig, where: str) -> None:

@@ -18,7 +18,9 @@ class DataConfig:
     val_size: int = 5000  # held out from the training set, fixed seed; used for model selection
     train_subset: int | None = None  # first n training images (after the split); None = all
     val_subset: int | None = None
-    test_subset: int | None = None
+    test_subset: int | None = None  # n test images, drawn as test_subset_draw says; None = all
+    test_subset_draw: str = "stratified"  # stratified: seeded, class-stratified random; head: the first n (old tables)
+    test_subset_seed: int = 0  # the stratified draw's seed: the same images for every model, training seed and run
     max_shift: int = 2  # random translation in pixels during training (Sabour et al.)
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import torch
 
 SPLIT_SEED = 12345  # fixed for every run and every training seed: the validation split never moves
+TEST_DRAWS = ("stratified", "head")  # how data.test_subset images are drawn (capsbench.data.test_subset)
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,12 @@ def load_splits(
     val_size: int,
     train_subset: int | None = None,
     val_subset: int | None = None,
-    test_subset: int | None = None,
 ) -> Splits:
     """Load a dataset and hold out a fixed-seed validation split of its training set.
 
     The permutation depends only on SPLIT_SEED and the training-set size, so every run and seed
-    sees the same validation images; subsets take the first n of each split (fixed as well).
+    sees the same validation images; subsets take the first n of the training and validation splits (fixed as well).
+    The test split comes whole: which of its images a run measures is capsbench.data.test_subset's draw.
     """
     spec = DATASETS.get(name)
     train_x, train_y, test_x, test_y = spec.load(Path(root), download)
@@ -53,5 +53,4 @@ def load_splits(
     val_idx, train_idx = perm[:val_size], perm[val_size:]
     tx, ty = _head(train_x[train_idx], train_y[train_idx], train_subset)
     vx, vy = _head(train_x[val_idx], train_y[val_idx], val_subset)
-    sx, sy = _head(test_x, test_y, test_subset)
-    return Splits(name, tx, ty, vx, vy, sx, sy, spec)
+    return Splits(name, tx, ty, vx, vy, test_x, test_y, spec)

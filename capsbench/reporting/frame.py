@@ -19,6 +19,8 @@ UNCERTAINTY_COLUMNS = [
 UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
 TRAINING = "training"  # "pgd", "affine", ... on every record of a model trained so (capsbench.run.plan.training_column)
 WEIGHTS = "weights_sha256"  # on every record of a model measured with weights trained elsewhere (training=external)
+# on every record of a unit that measured fewer than all test images: how they were drawn (capsbench.data.test_subset)
+DRAW_COLUMNS = ("test_draw", "test_subset_seed", "test_subset_sha256")
 
 
 def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
@@ -28,8 +30,24 @@ def records_frame(records: list[dict[str, Any]], suite: Any) -> pd.DataFrame:
     for col in [*RECORD_COLUMNS, *suite.sweep_columns]:
         if col not in frame:
             frame[col] = pd.NA
-    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED, TRAINING, WEIGHTS) if c in frame]
+    extra = [c for c in (*UNCERTAINTY_COLUMNS, *suite.detail_columns, UNDERTRAINED, TRAINING, WEIGHTS, *DRAW_COLUMNS)
+             if c in frame]
     return frame[[*RECORD_COLUMNS, *suite.sweep_columns, *extra]]
+
+
+def draw_note(frame: pd.DataFrame) -> str | None:
+    """Which test images the records measured, when fewer than all: 'test images: a class-stratified random draw
+    (seed 0, indices 888623e2ad36)', one clause per draw; None when every record measured the whole test split."""
+    if DRAW_COLUMNS[0] not in frame:
+        return None
+    draws = frame[list(DRAW_COLUMNS)].dropna(subset=[DRAW_COLUMNS[0]]).drop_duplicates()
+    words = []
+    for draw, seed, sha in draws.itertuples(index=False):
+        if draw == "head":
+            words.append(f"the first n of the test split (indices {sha})")
+        else:
+            words.append(f"a class-stratified random draw (seed {int(seed)}, indices {sha})")
+    return f"test images: {'; '.join(words)}" if words else None
 
 
 def row_models(frame: pd.DataFrame) -> pd.Series:

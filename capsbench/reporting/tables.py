@@ -11,7 +11,15 @@ from typing import Any
 
 import pandas as pd
 
-from capsbench.reporting.frame import UNDERTRAINED, format_sweep, ordered_values, row_models, select, value_mask
+from capsbench.reporting.frame import (
+    UNDERTRAINED,
+    draw_note,
+    format_sweep,
+    ordered_values,
+    row_models,
+    select,
+    value_mask,
+)
 from capsbench.reporting.model import Flags, Header, Measured, Table, split_parts
 from capsbench.reporting.published import PublishedIndex
 from capsbench.reporting.significance import Cell, best_row
@@ -288,6 +296,8 @@ class _Builder:
                 f"{UNDERTRAINED_MARK} undertrained: validation accuracy stayed below the floor; never compared"
             )
         notes.append(_cells_note(t, self.compared))
+        if (drawn := draw_note(self.data)) is not None:
+            notes.append(drawn)
         return notes
 
 

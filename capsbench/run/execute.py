@@ -4,6 +4,7 @@ while it runs (started, each training epoch) goes to an event sink that the laun
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -17,6 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from capsbench.data import Splits, load_splits
+from capsbench.data.test_subset import SubsetDraw, draw_test_subset
 from capsbench.models import create_model
 from capsbench.reporting.figures import save_figure
 from capsbench.run.external import WEIGHTS_COLUMN, ensure_registered
@@ -78,6 +80,8 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
                   batch_size=cfg.train.eval_batch_size, seed=spec.seed, protocol=protocol, resources=resources,
                   model_args=model_args)
     flag = {} if undertrained is None else {"undertrained": undertrained}
+    if (drawn := subset_draw(cfg.dataset, cfg.data)).draw != "all":
+        flag.update(drawn.columns())  # which test images: the same for every model and seed of the run
     if (weights := external_weights(cfg)) is not None:
         flag[WEIGHTS_COLUMN] = weights.get("tensors_sha256", weights["sha256"])  # an instance's sha256 is its tensors'
     with progress.on_measured(_measuring(spec, emit)):
@@ -161,13 +165,23 @@ def _process_settings(spec: UnitSpec) -> DictConfig:
 
 
 def load_data(dataset: str, data: DictConfig) -> Splits:
-    """The dataset's splits for these data settings (data.*), loaded once per process for every unit that reads them."""
-    return _splits(json.dumps({"dataset": dataset, **OmegaConf.to_container(data, resolve=True)}, sort_keys=True))
+    """The dataset's splits for these data settings (data.*), the test split reduced to the drawn test subset, loaded
+    once per process for every unit that reads them."""
+    return _splits(_data_json(dataset, data))
+
+
+def subset_draw(dataset: str, data: DictConfig) -> SubsetDraw:
+    """Which test images units with these data settings measure (data.test_subset, test_subset_draw, _seed)."""
+    return _draw(_data_json(dataset, data))
+
+
+def _data_json(dataset: str, data: DictConfig) -> str:
+    return json.dumps({"dataset": dataset, **OmegaConf.to_container(data, resolve=True)}, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=2)
-def _splits(data_json: str) -> Splits:
-    """The dataset's splits, loaded once per process for every unit that reads the same data settings."""
+def _whole(data_json: str) -> Splits:
+    """The dataset's splits with the whole test split."""
     d = json.loads(data_json)
     return load_splits(
         d["dataset"],
@@ -176,8 +190,25 @@ def _splits(data_json: str) -> Splits:
         val_size=d["val_size"],
         train_subset=d["train_subset"],
         val_subset=d["val_subset"],
-        test_subset=d["test_subset"],
     )
+
+
+@functools.lru_cache(maxsize=2)
+def _draw(data_json: str) -> SubsetDraw:
+    d = json.loads(data_json)
+    labels = _whole(data_json).test_y.numpy()
+    n = d["test_subset"] if d["test_subset"] is not None else len(labels)
+    return draw_test_subset(labels, n, draw=d["test_subset_draw"], seed=d["test_subset_seed"])
+
+
+@functools.lru_cache(maxsize=2)
+def _splits(data_json: str) -> Splits:
+    """The dataset's splits, loaded once per process for every unit that reads the same data settings."""
+    whole, drawn = _whole(data_json), _draw(data_json)
+    if drawn.draw == "all":
+        return whole
+    index = torch.from_numpy(drawn.indices)
+    return dataclasses.replace(whole, test_x=whole.test_x[index], test_y=whole.test_y[index])
 
 
 _RESOURCES: dict[str, Any] = {}
