@@ -227,6 +227,7 @@ def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
         "budget": cfg.budget,
         "records": len(result.records),
         "headline": result.headline,  # model -> the first table's numbers (mean over seeds), named as in MLflow
+        "values": result.values,  # the same numbers per model, seed and sweep value, with n and 95 % interval
         "files": {name: str(path) for name, path in result.paths.items()},
         "latest": None if result.latest is None else str(result.latest),
         "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri,
@@ -375,6 +376,8 @@ def _report_json(result: Any) -> dict[str, Any]:
                 "suite": s.suite,
                 "budget": s.budget,
                 "runs": [r.run_id for r in s.runs],
+                "records": len(s.output.frame),
+                "values": s.values,  # the first table's numbers per model, seed and sweep value, with n and interval
                 "files": {name: str(path) for name, path in s.output.paths.items()},
             }
             for s in result.sections

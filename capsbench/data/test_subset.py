@@ -7,12 +7,15 @@ than the last 5,000, so the first n of it is no sample of the test set.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from capsbench.data.catalog import TEST_DRAWS
+from capsbench.data.datasets import Splits
 
 
 @dataclass(frozen=True)
@@ -65,3 +68,20 @@ def draw_test_subset(labels: np.ndarray, n: int, *, draw: str = "stratified", se
     rng = np.random.default_rng(seed)
     picked = [rng.permutation(np.flatnonzero(labels == c))[:k] for c, k in zip(classes, share)]
     return SubsetDraw(np.sort(np.concatenate(picked)).astype(np.int64), total, "stratified", seed)
+
+
+@dataclass
+class DrawnSplits(Splits):
+    """Splits whose test split is a drawn subset, with the draw that chose it."""
+
+    draw: SubsetDraw | None = None
+
+
+def with_test_subset(splits: Splits, n: int | None, *, draw: str, seed: int) -> Splits:
+    """The splits with their test split reduced to the drawn `n` images (None, or the whole split: unchanged)."""
+    drawn = draw_test_subset(splits.test_y.numpy(), len(splits.test_y) if n is None else n, draw=draw, seed=seed)
+    if drawn.draw == "all":
+        return splits
+    index = torch.from_numpy(drawn.indices)
+    fields = {f.name: getattr(splits, f.name) for f in dataclasses.fields(splits)}
+    return DrawnSplits(**{**fields, "test_x": splits.test_x[index], "test_y": splits.test_y[index]}, draw=drawn)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from capsbench.reporting import latex, markdown, verdicts
 from capsbench.reporting.latex import math, tex
@@ -42,6 +43,7 @@ class Section:
     settings: dict[str, str]  # the measuring config (train.*, data.*, params.*, ...) as logged
     model_args: dict[str, dict[str, str]]  # model -> constructor arguments as logged
     changed: dict[str, str] = field(default_factory=dict)  # the settings that differ from the budget's defaults
+    values: list[dict[str, Any]] = field(default_factory=list)  # the first table's numbers per model, seed, sweep value
 
 
 @dataclass

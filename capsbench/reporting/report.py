@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from capsbench.errors import CapsbenchError
@@ -33,10 +32,11 @@ from capsbench.reporting.collect import (
 )
 from capsbench.reporting.document import Document, Figure, Run, Section, render_latex, render_markdown
 from capsbench.reporting.figures import accuracy_vs_cost, save_figure
+from capsbench.reporting.headline import headline_values
 from capsbench.reporting.outputs import write_suite
 from capsbench.reporting.settings import changed_settings
 from capsbench.suites import CATALOG, SUITES
-from capsbench.tracking import read_invocations
+from capsbench.tracking import read_config, read_invocations
 from capsbench.util.atomic import write_text
 from capsbench.util.folders import new_run_folder, publish_latest
 from capsbench.util.uris import shown_uri
@@ -108,7 +108,8 @@ def build_report(cfg: DictConfig) -> Report:
     entries = load_baselines(Path(cfg.baselines_dir) if cfg.baselines_dir else None)
     folder = new_run_folder(cfg.output_dir)
     root = folder / "report"
-    sections = [_section(name, invs, frame, entries, root, cfg.latex.eps) for name, (invs, frame) in frames.items()]
+    sections = [_section(name, invs, frame, entries, root, cfg.latex.eps, read_config(cfg.tracking.uri, invs[0].run_id))
+                for name, (invs, frame) in frames.items()]
     filters = ", ".join(
         f"{k}={cfg[k]}"
         for k in ("suite", "models", "dataset", "budget", "version", "code", "since", "until", "latest")
@@ -139,12 +140,12 @@ def build_report(cfg: DictConfig) -> Report:
 
 
 def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: list[Any], root: Path,
-             narrow_eps: list[float] | None = None) -> Section:
+             narrow_eps: list[float] | None, config: dict[str, Any]) -> Section:
     suite_cls = SUITES.get(name)
     records = frame.to_dict("records")
     model_args = {m: args for inv in invs for m, args in inv.model_args.items() if m in set(frame["model"])}
     reported = matching(entries, suite=name, model_args=model_args)
-    notes = suite_cls().notes(records, suite_params(name, invs[0].params)) if records else []
+    notes = suite_cls().notes(records, suite_params(name, config.get("params") or {})) if records else []
     output = write_suite(root / name, records, suite_cls, reported, notes=notes,
                          narrow_eps=narrow_eps if "eps" in frame else None)
     first = invs[0]
@@ -160,6 +161,7 @@ def _section(name: str, invs: list[Invocation], frame: pd.DataFrame, entries: li
         settings=protocol_params(first),
         model_args=model_args,
         changed=changed_settings(first.params, name, first.budget),
+        values=headline_values(records, suite_cls),
     )
 
 
@@ -175,14 +177,9 @@ def check_narrow_eps(suite: str, frame: pd.DataFrame, narrow_eps: list[float] | 
         )
 
 
-def suite_params(suite: str, params: dict[str, str]) -> Any:
-    """The suite's params as the run used them: its Params defaults under the logged `params.*` values."""
-    values = dataclasses.asdict(CATALOG.get(suite).params())
-    cfg = OmegaConf.create(values)
-    for key, text in params.items():
-        if key.startswith("params."):
-            OmegaConf.update(cfg, key.removeprefix("params."), yaml.safe_load(text), force_add=True)
-    return cfg
+def suite_params(suite: str, params: dict[str, Any]) -> Any:
+    """The suite's params as the run used them: its Params defaults under the run's typed params (its config.yaml)."""
+    return OmegaConf.merge(OmegaConf.create(dataclasses.asdict(CATALOG.get(suite).params())), params)
 
 
 def _cost_figures(sections: list[Section], root: Path) -> list[Figure]:

@@ -25,7 +25,8 @@ from omegaconf import DictConfig
 from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
-from capsbench.reporting.headline import headline, unit_headline
+from capsbench.reporting.headline import headline, headline_values, unit_headline
+from capsbench.reporting.model_card import write_model_cards
 from capsbench.reporting.outputs import SuiteOutput, write_suite
 from capsbench.run.external import code_tags, weights_notes
 from capsbench.run.launchers import make_launcher
@@ -61,6 +62,7 @@ class SuiteResult:
     output: SuiteOutput | None = None  # its tables and frame (None when no unit finished)
     latest: Path | None = None  # <output_dir>/<folder>/: the copy of the latest run's files (None: nothing written)
     headline: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> its first table's numbers
+    values: list[dict[str, Any]] = field(default_factory=list)  # those numbers per seed, with n and interval
     experiment_id: str | None = None  # the MLflow experiment of its runs (None: tracking off)
 
 
@@ -289,9 +291,16 @@ def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, par
     paths["config.yaml"] = out_dir / "config.yaml"
     write_text(paths["config.yaml"], to_yaml(cfg))
     figures = [_copied(Path(p), out_dir / "figures") for result in finished for p in result.figures]
+    weights: dict[str, dict[int, str]] = defaultdict(dict)
+    for result in finished:
+        if sha := result.params.get("weights.tensors_sha256"):
+            weights[result.spec.model][result.spec.seed] = sha
+    cards = write_model_cards(out_dir / "model-cards", records, suite_cls, budget=cfg.budget, code_hash=package_hash(),
+                              weights=weights)
+    paths.update({f"model-cards/{p.name}": p for p in cards})
     tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures], failed=failed)
     return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing, section.key, cfg,
-                       output, headline=headline(records, suite_cls))
+                       output, headline=headline(records, suite_cls), values=headline_values(records, suite_cls))
 
 
 def _copied(path: Path, folder: Path) -> Path:

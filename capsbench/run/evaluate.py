@@ -18,6 +18,7 @@ from capsbench.config.request import settings_request
 from capsbench.errors import CapsbenchError
 from capsbench.models.external import BUILT_INS, register_instance
 from capsbench.models.weights import state_sha256
+from capsbench.reporting.csv import table_frame
 from capsbench.run.driver import run_suite
 from capsbench.util.progress import shown
 
@@ -26,8 +27,9 @@ FIGURE_SUFFIXES = (".png", ".pdf")
 
 @dataclass
 class Evaluation:
-    """What one suite measured: its tidy records, its tables (as written to table-<name>.csv), the figure files,
-    every output path, the Markdown tables and the MLflow parent run."""
+    """What one suite measured: its tidy records, its tables by name (rows indexed by model, or attack and model;
+    columns (column, field) with mean, std, seeds, ci_low, ci_high, best), the figure files, every output path, the
+    Markdown tables and the MLflow parent run."""
 
     suite: str
     model: str
@@ -77,8 +79,7 @@ def evaluate(
     out_dir = paths["table.md"].parent
     figures = sorted({*(p for p in paths.values() if p.suffix in FIGURE_SUFFIXES),
                       *(p for p in (out_dir / "figures").glob("*") if p.suffix in FIGURE_SUFFIXES)})
-    tables = {k.removeprefix("table-").removesuffix(".csv"): pd.read_csv(p)
-              for k, p in paths.items() if k.startswith("table-") and k.endswith(".csv")}
+    tables = {} if result.output is None else {t.name: table_frame(t) for t in result.output.tables}
     return Evaluation(suite, alias, pd.DataFrame.from_records(result.records), tables, figures, paths, result.markdown,
                       result.parent_run_id, [f"{u.spec.name}: {u.error}" for u in result.missing])
 

@@ -4,7 +4,6 @@ while it runs (started, each training epoch) goes to an event sink that the laun
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
@@ -18,8 +17,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from capsbench.data import Splits, load_splits
-from capsbench.data.test_subset import SubsetDraw, draw_test_subset
+from capsbench.data.test_subset import DrawnSplits, with_test_subset
 from capsbench.models import create_model
+from capsbench.models.weights import state_sha256
 from capsbench.reporting.figures import save_figure
 from capsbench.run.external import WEIGHTS_COLUMN, ensure_registered
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
@@ -80,8 +80,8 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
                   batch_size=cfg.train.eval_batch_size, seed=spec.seed, protocol=protocol, resources=resources,
                   model_args=model_args)
     flag = {} if undertrained is None else {"undertrained": undertrained}
-    if (drawn := subset_draw(cfg.dataset, cfg.data)).draw != "all":
-        flag.update(drawn.columns())  # which test images: the same for every model and seed of the run
+    if isinstance(splits, DrawnSplits):
+        flag.update(splits.draw.columns())  # which test images: the same for every model and seed of the run
     if (weights := external_weights(cfg)) is not None:
         flag[WEIGHTS_COLUMN] = weights.get("tensors_sha256", weights["sha256"])  # an instance's sha256 is its tensors'
     with progress.on_measured(_measuring(spec, emit)):
@@ -165,25 +165,16 @@ def _process_settings(spec: UnitSpec) -> DictConfig:
 
 
 def load_data(dataset: str, data: DictConfig) -> Splits:
-    """The dataset's splits for these data settings (data.*), the test split reduced to the drawn test subset, loaded
-    once per process for every unit that reads them."""
-    return _splits(_data_json(dataset, data))
-
-
-def subset_draw(dataset: str, data: DictConfig) -> SubsetDraw:
-    """Which test images units with these data settings measure (data.test_subset, test_subset_draw, _seed)."""
-    return _draw(_data_json(dataset, data))
-
-
-def _data_json(dataset: str, data: DictConfig) -> str:
-    return json.dumps({"dataset": dataset, **OmegaConf.to_container(data, resolve=True)}, sort_keys=True)
+    """The dataset's splits for these data settings (data.*), the test split reduced to the drawn test subset
+    (data.test_subset, test_subset_draw, test_subset_seed), loaded once per process for every unit that reads them."""
+    return _splits(json.dumps({"dataset": dataset, **OmegaConf.to_container(data, resolve=True)}, sort_keys=True))
 
 
 @functools.lru_cache(maxsize=2)
-def _whole(data_json: str) -> Splits:
-    """The dataset's splits with the whole test split."""
+def _splits(data_json: str) -> Splits:
+    """The dataset's splits, loaded once per process for every unit that reads the same data settings."""
     d = json.loads(data_json)
-    return load_splits(
+    whole = load_splits(
         d["dataset"],
         root=Path(d["root"]),
         download=d["download"],
@@ -191,24 +182,7 @@ def _whole(data_json: str) -> Splits:
         train_subset=d["train_subset"],
         val_subset=d["val_subset"],
     )
-
-
-@functools.lru_cache(maxsize=2)
-def _draw(data_json: str) -> SubsetDraw:
-    d = json.loads(data_json)
-    labels = _whole(data_json).test_y.numpy()
-    n = d["test_subset"] if d["test_subset"] is not None else len(labels)
-    return draw_test_subset(labels, n, draw=d["test_subset_draw"], seed=d["test_subset_seed"])
-
-
-@functools.lru_cache(maxsize=2)
-def _splits(data_json: str) -> Splits:
-    """The dataset's splits, loaded once per process for every unit that reads the same data settings."""
-    whole, drawn = _whole(data_json), _draw(data_json)
-    if drawn.draw == "all":
-        return whole
-    index = torch.from_numpy(drawn.indices)
-    return dataclasses.replace(whole, test_x=whole.test_x[index], test_y=whole.test_y[index])
+    return with_test_subset(whole, d["test_subset"], draw=d["test_subset_draw"], seed=d["test_subset_seed"])
 
 
 _RESOURCES: dict[str, Any] = {}
@@ -241,8 +215,10 @@ def _model(
     if not suite.needs_training:
         args = model_config(cfg, spec.model, splits, protocol)
         torch.manual_seed(spec.seed)
-        result.params = {f"model_args.{k}": v for k, v in args.items()}
-        return create_model(spec.model, **args).to(cfg.device), args, None
+        model = create_model(spec.model, **args)
+        result.params = {"weights.tensors_sha256": state_sha256(model),
+                         **{f"model_args.{k}": v for k, v in args.items()}}
+        return model.to(cfg.device), args, None
     trained = obtain_model(cfg, spec.model, spec.seed, splits, protocol, on_epoch=on_epoch)
     val, floor = 100.0 * trained.meta["best_val_accuracy"], protocol.min_validation_score(splits.spec)
     if val < floor:
@@ -262,6 +238,7 @@ def _model(
         "checkpoint.cached": trained.cached,
         "checkpoint.best_epoch": trained.meta["best_epoch"],
         "checkpoint.train_threads": trained.meta.get("threads"),  # None: trained before it was recorded
+        "weights.tensors_sha256": state_sha256(trained.model),  # the measured weights by content (model cards)
         **{f"model_args.{k}": v for k, v in args.items()},
     }
     result.metrics = {"best_val_accuracy": val}

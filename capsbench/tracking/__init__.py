@@ -12,6 +12,7 @@ from capsbench.tracking.reader import (
     Invocation,
     UnreadableRecords,
     download_checkpoint,
+    read_config,
     read_invocations,
     read_records,
 )
@@ -34,5 +35,5 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 __all__ = [
     "UNTAGGED", "Invocation", "Tracker", "UnreadableRecords", "check_store", "download_checkpoint", "ensure_store",
     "environment_tags", "flatten", "git_state", "metric_key", "now_ms", "open_experiment", "process_tags",
-    "read_invocations", "read_records", "recover_stale_runs", "store_lock",
+    "read_config", "read_invocations", "read_records", "recover_stale_runs", "store_lock",
 ]

@@ -147,6 +147,28 @@ def read_records(uri: str, run_id: str, sha256: str | None = None) -> pd.DataFra
     return frame
 
 
+def read_config(uri: str, run_id: str) -> dict[str, Any]:
+    """The resolved config an invocation logged as its parent run's config.yaml artifact, typed as the run used it
+    (null, numbers, lists and nested settings; MLflow's params hold only their text). CapsbenchError when it is absent
+    or unreadable."""
+    import mlflow
+    import yaml
+    from mlflow.exceptions import MlflowException
+
+    folders_from_paths()
+    with _quiet_downloads(), tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = Path(mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path="config.yaml", dst_path=tmp, tracking_uri=uri))
+            config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (MlflowException, OSError, yaml.YAMLError) as exc:
+            raise CapsbenchError(f"run {run_id}: its config.yaml artifact cannot be read ({_first_line(exc)}); "
+                                 "rerun its command, or leave it out with since=/until=") from None
+    if not isinstance(config, dict):
+        raise CapsbenchError(f"run {run_id}: its config.yaml artifact holds no settings; rerun its command")
+    return config
+
+
 def _check_records(frame: pd.DataFrame) -> None:
     """The columns every record has, numeric values, and per-image outcomes that decode to n images."""
     absent = [c for c in REQUIRED_COLUMNS if c not in frame]

@@ -189,7 +189,8 @@ class Tracker:
         with self._writes():
             self._batch(run_id, metrics=[(k, v, now, 0) for k, v in metrics.items()])
             for path in artifacts:
-                self._client.log_artifact(run_id, str(path), "figures" if path.parent.name == "figures" else None)
+                folder = path.parent.name if path.parent.name in ("figures", "model-cards") else None
+                self._client.log_artifact(run_id, str(path), folder)
                 if path.name == "records.csv":
                     self._client.set_tag(run_id, "records.sha256", hashlib.sha256(path.read_bytes()).hexdigest())
             if failed:

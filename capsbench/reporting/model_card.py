@@ -1,0 +1,50 @@
+"""A model card per model and run, as RobustBench's entries carry: which model and weights, which code and budget, which
+attacks (and why any did not run), how many test images, and the headline values with their intervals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from capsbench.reporting.frame import DRAW_COLUMNS
+from capsbench.reporting.headline import headline_values
+from capsbench.util.atomic import write_text
+from capsbench.util.version import __version__
+
+ATTACK_METRICS = ("robust_accuracy", "marginal_breaks")  # records that say an attack ran
+NOT_AN_ATTACK = ("worst_case",)
+
+
+def model_card(model: str, records: list[dict[str, Any]], suite: Any, *, budget: str, code_hash: str,
+               weights: dict[int, str]) -> dict[str, Any]:
+    """The card of `model` from its records in one run; `weights`: seed -> SHA-256 of the measured weights' tensors."""
+    mine = [r for r in records if r["model"] == model]
+    ran = sorted({r["attack"] for r in mine if r["metric"] in ATTACK_METRICS and r.get("attack")} - set(NOT_AN_ATTACK))
+    skipped = {r["attack"]: r.get("reason", "") for r in mine if r["metric"] == "attack_skipped"}
+    draws = {tuple(r.get(c) for c in DRAW_COLUMNS) for r in mine if r.get(DRAW_COLUMNS[0])}
+    return {
+        "model": model,
+        "suite": suite.name,
+        "dataset": sorted({r["dataset"] for r in mine}),
+        "budget": budget,
+        "seeds": sorted({int(r["seed"]) for r in mine}),
+        "weights_sha256": {str(seed): sha for seed, sha in sorted(weights.items())},
+        "capsbench": __version__,
+        "code_hash": code_hash,
+        "attacks": {**{a: "run" for a in ran}, **{a: f"not run: {why}" for a, why in skipped.items()}},
+        "n": max((int(r["n"]) for r in mine if r.get("n") is not None), default=0),
+        "test_images": [dict(zip(DRAW_COLUMNS, d)) for d in sorted(draws, key=str)],
+        "values": headline_values(mine, suite),
+    }
+
+
+def write_model_cards(folder: Path, records: list[dict[str, Any]], suite: Any, *, budget: str, code_hash: str,
+                      weights: dict[str, dict[int, str]]) -> list[Path]:
+    """<folder>/<model>.json for every model of the records; `weights`: model -> seed -> tensors' SHA-256."""
+    paths = []
+    for model in sorted({r["model"] for r in records}):
+        card = model_card(model, records, suite, budget=budget, code_hash=code_hash, weights=weights.get(model, {}))
+        paths.append(folder / f"{model}.json")
+        write_text(paths[-1], json.dumps(card, indent=1, default=str) + "\n")
+    return paths
