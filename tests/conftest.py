@@ -71,7 +71,7 @@ def own_tracking_uri(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def mnist_root() -> Path:
     if not (MNIST_ROOT / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists():
         pytest.skip(f"real MNIST not found under {MNIST_ROOT} (set CAPSBENCH_DATA)")

@@ -52,7 +52,7 @@ def test_accuracy_smoke_end_to_end(tmp_path, smoke_args):
     for name in ("table.md", "table.tex", "table-accuracy.csv", "config.yaml"):
         assert (out / name).stat().st_size > 0
     table = (out / "table.md").read_text()
-    assert "significantly better than the runner-up" in table and "over 500 test images" in table
+    assert "nothing is bold: one seed compares these weights" in table and "over 500 test images" in table
     assert "| capsnet |" in table and "0.25 ± 0.005 [1]" in table  # Sabour's Table 1 beside the measured error
     assert "arXiv:1710.09829" in table
 

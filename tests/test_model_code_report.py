@@ -67,4 +67,4 @@ def test_seeds_of_two_versions_of_an_external_models_source_are_never_mixed(tmp_
     assert f"; {tanh[:12]} (latest run " in line and f"choose one with code={tanh[:12]} (or narrow the dates" in line
     picked = CliRunner().invoke(app, ["report", "suite=accuracy", f"code={relu[:12]}", f"output_dir={tmp_path}"])
     assert picked.exit_code == 0, picked.output
-    assert "- 1 seed(s)" in (tmp_path / "report" / "accuracy" / "table.md").read_text()
+    assert "- one seed" in (tmp_path / "report" / "accuracy" / "table.md").read_text()

@@ -26,7 +26,7 @@ def built(tracked_store, tmp_path_factory):
 def test_report_combines_both_invocations_seed_by_seed(built):
     root, records, output = built
     md = (root / "accuracy" / "table.md").read_text()
-    assert "- 4 seed(s); mean ± sample std" in md
+    assert "- four seeds; mean ± sample std" in md
     for model in ("capsnet", "cnn_sabour"):
         accs = [r["value"] for r in records if r["model"] == model and r["metric"] == "test_accuracy"]
         assert len(accs) == 4

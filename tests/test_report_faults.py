@@ -73,7 +73,7 @@ def test_runs_of_two_code_versions_are_refused_naming_their_commits(tmp_path):
     assert "bbbbbbbbbbbb (commit c0ffee000000+dirty," in line and "choose one with code=bbbbbbbbbbbb" in line
     picked = report(tmp_path, "code=bbbbbbbbbbbb")
     assert picked.exit_code == 0, picked.output
-    assert "- 1 seed(s)" in (tmp_path / "report" / "accuracy" / "table.md").read_text()
+    assert "- one seed" in (tmp_path / "report" / "accuracy" / "table.md").read_text()
 
 
 def test_a_run_logged_before_code_hashes_is_told_apart_by_its_commit(tmp_path):
@@ -99,7 +99,7 @@ def test_a_corrupt_or_missing_records_artifact_is_named_and_its_run_skipped(tmp_
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.startswith(f"skipping run {broken} (accuracy of ")
     assert ("differs from the one logged" if damage == "truncated" else "cannot be read") in warning
-    assert "- 1 seed(s)" in (tmp_path / "report" / "accuracy" / "table.md").read_text()
+    assert "- one seed" in (tmp_path / "report" / "accuracy" / "table.md").read_text()
 
 
 def test_a_report_of_only_unreadable_runs_is_one_line(tmp_path):

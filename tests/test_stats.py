@@ -87,29 +87,53 @@ def paired_cells(right_a: int, right_b: int, both: int, n: int = 1000) -> dict[s
     return {"a": Cell({0: 100 * a.mean()}, {0: a}), "b": Cell({0: 100 * b.mean()}, {0: b})}
 
 
-def test_best_only_when_significant():
-    assert best_row(paired_cells(30, 5, 500), higher_is_better=True).best == "a"
-    inside_noise = best_row(paired_cells(12, 8, 500), higher_is_better=True)
-    assert inside_noise.best is None and inside_noise.test == "mcnemar" and inside_noise.p > 0.05
-    assert best_row(paired_cells(5, 30, 500), higher_is_better=False).best == "a"  # a is lower: better for errors
+def seeded_cells(leads: list[tuple[int, int]], both: int = 500) -> dict[str, Cell]:
+    """Two models over several seeds on the same 1,000 images: per seed (a alone right, b alone right)."""
+    a, b = Cell(), Cell()
+    for seed, (right_a, right_b) in enumerate(leads):
+        one = paired_cells(right_a, right_b, both)
+        a.values[seed], a.outcomes[seed] = one["a"].values[0], one["a"].outcomes[0]
+        b.values[seed], b.outcomes[seed] = one["b"].values[0], one["b"].outcomes[0]
+    return {"a": a, "b": b}
+
+
+def test_best_only_under_the_seed_rule():
+    assert best_row(seeded_cells([(30, 5), (32, 6), (29, 4)]), higher_is_better=True).best == "a"
+    inside_noise = best_row(seeded_cells([(12, 8), (11, 9), (13, 8)]), higher_is_better=True)
+    assert inside_noise.best is None and inside_noise.test == "seeds" and inside_noise.p > 0.05
+    assert best_row(seeded_cells([(5, 30), (4, 31), (6, 29)]), higher_is_better=False).best == "a"  # lower: errors
+
+
+def test_one_seed_is_never_best_however_large_the_gap_on_its_images():
+    verdict = best_row(paired_cells(235, 67, 300), higher_is_better=True)  # McNemar p ~ 1e-22 on these weights
+    assert verdict.best is None and verdict.test.startswith("one seed")
+
+
+def test_a_seed_that_flips_the_direction_leaves_nothing_bold():
+    verdict = best_row(seeded_cells([(60, 5), (5, 40)]), higher_is_better=True)
+    assert verdict.best is None and verdict.test == "the direction differs between seeds"
 
 
 def test_ties_and_lonely_models_are_never_best():
-    cells = paired_cells(10, 10, 500)
+    cells = seeded_cells([(10, 10), (10, 10)])
     assert best_row(cells, higher_is_better=True).best is None
     assert best_row({"a": cells["a"]}, higher_is_better=True).best is None
 
 
 def test_undertrained_rows_are_never_best_nor_runner_up():
-    cells = {**paired_cells(30, 5, 500), "c": Cell({0: 99.9}, {0: np.ones(1000, dtype=bool)})}
+    ones = np.ones(1000, dtype=bool)
+    top = Cell({0: 99.9, 1: 99.9, 2: 99.9}, {0: ones, 1: ones, 2: ones})
+    cells = {**seeded_cells([(30, 5), (31, 4), (30, 6)]), "c": top}
     assert best_row(cells, higher_is_better=True).best == "c"
     assert best_row(cells, higher_is_better=True, excluded=frozenset({"c"})).best == "a"
 
 
-def test_seeds_without_outcomes_use_welch_and_exact_counts_need_no_test():
+def test_seeds_without_outcomes_use_the_seed_differences_and_exact_counts_need_no_test():
     cells = {"a": Cell({0: 99.0, 1: 99.1, 2: 98.9}), "b": Cell({0: 97.0, 1: 97.2, 2: 96.9})}
     verdict = best_row(cells, higher_is_better=True)
-    assert verdict.best == "a" and verdict.test == "welch"
+    assert verdict.best == "a" and verdict.test == "seeds"
+    unpaired = {"a": Cell({0: 99.0, 1: 99.1, 2: 98.9}), "b": Cell({3: 97.0, 4: 97.2, 5: 96.9})}
+    assert best_row(unpaired, higher_is_better=True).test == "welch"
     one_seed = {"a": Cell({0: 1.5}), "b": Cell({0: 2.0})}
     assert best_row(one_seed, higher_is_better=False).best is None
     assert best_row(one_seed, higher_is_better=False, exact=True).best == "a"

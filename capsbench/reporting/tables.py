@@ -89,6 +89,7 @@ class _Builder:
         self.blocks = ordered_values(data, spec.blocks.by, spec.blocks.order) if spec.blocks else []
         self.keys = self._row_keys()
         self.compared = False  # whether any column names a best cell
+        self.compared_noisy = False  # whether any compared column is a measurement (not an exact count)
         self.table = Table(
             name="",
             title="",
@@ -215,6 +216,7 @@ class _Builder:
             return  # a breakdown: compared neither between rows nor with papers
         if metric.higher_is_better is not None:
             self.compared = True
+            self.compared_noisy |= not metric.exact
             for block in per_block.values():
                 verdict = best_row(block, higher_is_better=metric.higher_is_better, exact=metric.exact)
                 if verdict.best is not None:
@@ -295,7 +297,7 @@ class _Builder:
             notes.append(
                 f"{UNDERTRAINED_MARK} undertrained: validation accuracy stayed below the floor; never compared"
             )
-        notes.append(_cells_note(t, self.compared))
+        notes.append(_cells_note(t, self.compared, self.compared_noisy))
         if (drawn := draw_note(self.data)) is not None:
             notes.append(drawn)
         return notes
@@ -306,24 +308,39 @@ def flags_note(h: Header) -> str:
     return f"{h.label}: the checks that fired in any seed: {h.detail}; ok = none fired"
 
 
-def _cells_note(t: Table, compared: bool) -> str:
+NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def seeds_words(seeds: list[int]) -> str:
+    """'one seed', 'three seeds', 'two or three seeds' (the training seeds behind the cells), numbers as words."""
+    words = [NUMBERS[k] if k < len(NUMBERS) else str(k) for k in seeds]
+    if len(words) == 1:
+        return f"{words[0]} seed{'s' if seeds[0] != 1 else ''}"
+    return f"{', '.join(words[:-1])} or {words[-1]} seeds"
+
+
+def _cells_note(t: Table, compared: bool, noisy: bool) -> str:
     measured = [c for c in t.cells.values() if isinstance(c, Measured)]
     seeds = sorted({c.seeds for c in measured})
     images = sorted({c.interval[2] for c in measured if c.interval})
-    text = f"{'/'.join(map(str, seeds))} seed(s)" + ("; mean ± sample std" if max(seeds, default=1) > 1 else "")
+    several = max(seeds, default=1) > 1
+    text = seeds_words(seeds) + ("; mean ± sample std" if several else "")
     if len(seeds) > 1:
         text += " ((n=k): a cell with fewer seeds)"
+    lead = "; a one-seed cell: " if several else ": "
     if images and t.intervals:
-        text += f"; one seed: value and its 95 % Wilson interval over {'/'.join(map(str, images))} test images"
+        text += f"{lead}value and its 95 % Wilson interval over {'/'.join(f'{n:,}' for n in images)} test images"
     elif images:
         wide = max((c.interval[1] - c.interval[0]) / 2 for c in measured if c.interval)
-        text += (f"; one seed: value over {'/'.join(f'{n:,}' for n in images)} test images (95 % Wilson intervals "
-                 f"within ±{wide:.1f} points; table.tex gives each)")
-    if compared:
-        text += (
-            "; bold: significantly better than the runner-up (paired McNemar on the same images, else Welch's "
-            "t-test across seeds, p < 0.05), nothing bold where no model is"
-        )
+        text += (f"{lead}value over {'/'.join(f'{n:,}' for n in images)} test images (95 % Wilson intervals "
+                 f"within ±{wide:.1f} points)")
+    if compared and noisy and max(seeds, default=1) < 2:
+        text += "; nothing is bold: one seed compares these weights, not the architectures (seeds=[0,1,2] does)"
+    elif compared and noisy:
+        text += ("; bold: better than the runner-up in every seed, with a t-test on the per-seed differences and "
+                 "paired McNemar on the pooled images both p < 0.05; nothing bold where no model is")
+    elif compared:
+        text += "; bold: the best exact count (no noise)"
     return text
 
 
