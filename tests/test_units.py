@@ -154,7 +154,7 @@ def test_mlflow_runs_read_back_with_names_statuses_tags_metrics_and_curves(tmp_p
     assert children[1].data.tags["seed"] == "1" and children[0].data.tags["unit.reused"] == "false"
     assert 0 <= children[0].data.metrics["test_accuracy"] <= 100
     mean = sum(c.data.metrics["test_accuracy"] for c in children) / 2
-    assert parent.data.metrics["capsnet.test_accuracy"] == pytest.approx(mean)  # headline: mean over seeds
+    assert parent.data.metrics["capsnet/test_accuracy"] == pytest.approx(mean)  # headline: mean over seeds
     curve = client.get_metric_history(children[0].info.run_id, "val/accuracy")
     assert [m.step for m in curve] == [1, 2]
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"table.md", "records.csv", "records.jsonl"}

@@ -36,7 +36,7 @@ from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.run.workload import Credits, plan_work
 from capsbench.suites import SUITES
-from capsbench.tracking import Tracker, environment_tags, flatten, metric_key
+from capsbench.tracking import Tracker, environment_tags, flatten
 from capsbench.util.atomic import atomic_file, write_text
 from capsbench.util.folders import new_run_folder, publish_latest, run_stamp
 from capsbench.util.hashing import package_hash
@@ -332,14 +332,15 @@ def records_jsonl(records: list[dict[str, Any]]) -> str:
 
 
 def headline_metrics(records: list[dict[str, Any]], suite_cls: Any) -> dict[str, float]:
-    """Per model and tabulated metric coordinate, the mean over seeds: <model>.<metric>.<coordinates>."""
-    layout = suite_cls.layout
-    shown = None if layout is None else {m for table in layout.tables for m in table.metrics}
-    values: dict[str, list[float]] = defaultdict(list)
-    for r in records:
-        if shown is None or r["metric"] in shown:
-            values[f"{r['model']}.{metric_key(r, suite_cls.sweep_columns)}"].append(float(r["value"]))
-    return {k: sum(v) / len(v) for k, v in values.items()}
+    """The parent run's few named metrics: per model, its first table's numbers (mean over seeds), as
+    <model>/<attack or metric>[ <sweep column> <value>], e.g. capsnet/worst_case eps 0.1 (the units hold the rest)."""
+    out = {}
+    for row in headline_values(records, suite_cls):
+        words = [str(row.get("attack") or row["metric"])]
+        words += [f"{c} {row[c]:g}" if isinstance(row[c], float) else f"{c} {row[c]}"
+                  for c in suite_cls.sweep_columns if c != "attack" and c in row]
+        out.setdefault(f"{row['model']}/{' '.join(words)}", []).append(row["value"])
+    return {k: sum(v) / len(v) for k, v in out.items()}
 
 
 def published_beside(suite: str, finished: list[UnitResult]) -> list[dict[str, Any]]:

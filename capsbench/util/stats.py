@@ -5,44 +5,40 @@ records."""
 from __future__ import annotations
 
 import base64
-import math
 from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as sps
 
-Z95 = 1.959963984540054  # two-sided 95 % normal quantile
 ALPHA = 0.05  # significance level of every "best" claim
 MCNEMAR_EXACT_BELOW = 25  # discordant pairs under which McNemar's exact binomial form is used
 
 
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion, as fractions in [0, 1] (Wilson 1927; Newcombe 1998)."""
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion, as fractions in [0, 1] (Wilson 1927; Newcombe 1998): scipy's
+    binomtest(...).proportion_ci(method="wilson"), exact at 0 and n."""
     if n <= 0:
         raise ValueError(f"a proportion needs n >= 1 trials, got n={n}")
     if not 0 <= successes <= n:
         raise ValueError(f"successes must lie in [0, n={n}], got {successes}")
-    p = successes / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, where rounding would miss 0 or 1
-    high = 1.0 if successes == n else min(1.0, centre + half)
+    ci = sps.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    low = 0.0 if successes == 0 else max(0.0, float(ci.low))  # exact at the ends, where rounding would miss 0 or 1
+    high = 1.0 if successes == n else min(1.0, float(ci.high))
     return low, high
 
 
 def mcnemar_p(only_a: int, only_b: int) -> float:
     """Two-sided McNemar p-value from the discordant counts (A right and B wrong; B right and A wrong).
 
-    Exact binomial test (p = 1/2) when there are fewer than 25 discordant pairs, otherwise the chi-squared
-    statistic with Edwards' continuity correction, (|b - c| - 1)^2 / (b + c) on one degree of freedom."""
+    Exact binomial test (scipy's binomtest at p = 1/2) when there are fewer than 25 discordant pairs, otherwise the
+    chi-squared statistic with Edwards' continuity correction, (|b - c| - 1)^2 / (b + c) on one degree of freedom."""
     if only_a < 0 or only_b < 0:
         raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
     total = only_a + only_b
     if total == 0:
         return 1.0
     if total < MCNEMAR_EXACT_BELOW:
-        return float(min(1.0, 2.0 * sps.binom.cdf(min(only_a, only_b), total, 0.5)))
+        return float(sps.binomtest(only_a, total, 0.5).pvalue)
     statistic = (abs(only_a - only_b) - 1.0) ** 2 / total
     return float(sps.chi2.sf(statistic, df=1))
 
