@@ -7,6 +7,7 @@ hold: no module imports one on a floor above its own."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -285,3 +286,94 @@ def test_the_checks_find_what_is_wrong(tmp_path):
                          "`tests/no_such_test.py`") == ["capsbench/nowhere/<name>.py", "tests/no_such_test.py"]
     inverted = [list(reversed(f)) for f in reversed(floors(DEVELOPING))]
     assert upward_imports(inverted)
+
+
+# --- the docs' settings and defaults against the composed config ------------------------------------------------------
+USER_PAGES = [README, *(p for p in PAGES if p not in (README, DEVELOPING))]
+SETTING = re.compile(r"(?<![\w.$/-])([a-z][\w]*(?:\.[\w<>]+)*)=(?!=)")
+FREE_FORM = ("model_args.", "model_train.", "register.", "weights.", "claim_args.")  # keyed by a user's names
+RUN_COMMAND = re.compile(r"capsbench (run|show-config|train|report)\b([^\n`#]*)")
+DEVELOPER_PATHS = ("../shared", "shared/datasets")
+
+
+def _flat_keys(cfg) -> set[str]:
+    from capsbench.config.compose import to_dict
+    from capsbench.tracking import flatten
+
+    flat = flatten(to_dict(cfg))
+    return {prefix for key in flat for prefix in _prefixes(key)}
+
+
+def _prefixes(key: str) -> list[str]:
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+@functools.cache
+def known_keys() -> dict[str, set[str]]:
+    """Every key a `capsbench run` (any suite, any budget) and a `capsbench report` accept, with their parents."""
+    from composing import compose
+
+    from capsbench.config.compose import compose_report
+    from capsbench.config.request import Request, parse_command_line
+    from capsbench.suites import CATALOG
+
+    run = set().union(*(_flat_keys(compose([f"suite={s}", f"budget={b}"], resolve_device=False))
+                        for s in CATALOG.names() for b in ("smoke", "quick", "paper")))
+    run |= {"suite", "config", "launcher", "claims", "remeasure", "claim_args"}
+    report = _flat_keys(compose_report(Request(parse_command_line([]).line)))
+    return {"run": run, "show-config": run, "train": run | {"model"}, "report": report}
+
+
+def unknown_settings(text: str) -> list[str]:
+    """The key=value settings of the `capsbench run|show-config|train|report` commands a text shows whose key the
+    command does not accept."""
+    keys, wrong = known_keys(), []
+    for code in code_of(text):
+        for command, rest in RUN_COMMAND.findall(code):
+            for key in SETTING.findall(rest):
+                if key.startswith(FREE_FORM) or key in keys[command]:
+                    continue
+                wrong.append(f"capsbench {command} ... {key}=")
+    return wrong
+
+
+def stated_defaults(page: Path) -> dict[str, str]:
+    """The `| `key` | `default` | ... |` rows of a page's "Keys" section whose default is one code span."""
+    keys = page.read_text().split("\n## Keys\n", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\| `([\w.]+)` \| `([^`|]+)` \|", keys, re.MULTILINE))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_setting_shown_is_a_key_of_its_command(page):
+    assert unknown_settings(page.read_text()) == []
+
+
+def test_the_keys_table_states_the_composed_defaults():
+    import yaml as _yaml
+    from composing import compose
+
+    from capsbench.config.compose import to_dict
+    from capsbench.tracking import flatten
+
+    flat = flatten(to_dict(compose(["suite=robustness"], resolve_device=False)))
+    stated = stated_defaults(ROOT / "docs" / "running.md")
+    assert len(stated) >= 8
+    for key, text in stated.items():
+        assert key in flat, f"docs/running.md states a default for {key}, which is no setting"
+        value = _yaml.safe_load(text)
+        if isinstance(flat[key], str) and Path(flat[key]).is_absolute() and not Path(str(value)).is_absolute():
+            value = str(Path(value).resolve())  # a relative path as given, resolved as the run resolves it
+        assert value == flat[key], f"docs/running.md: {key} defaults to {flat[key]!r}, not {text}"
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_user_docs_hold_no_developer_machine_paths(page):
+    text = page.read_text()
+    assert [p for p in DEVELOPER_PATHS if p in text] == []
+
+
+def test_the_settings_check_finds_a_typo():
+    assert unknown_settings("`capsbench run suite=robustness output_dri=x params.apgd_step=3 seeds=[0]`") == [
+        "capsbench run ... output_dri=", "capsbench run ... params.apgd_step="]
+    assert unknown_settings("`capsbench report latex.eps=[0.1] claims=true`") == []
