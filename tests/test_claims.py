@@ -4,6 +4,7 @@ differences and pooled McNemar, Welch, ratio, exact count) and each protocol che
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,16 +15,21 @@ from capsbench.reporting.claim_files import Check, Claim, Side, load_claims, loa
 from capsbench.reporting.claim_tests import Evidence
 from capsbench.reporting.frame import records_frame
 from capsbench.reporting.verdicts import (
+    DIFFERS,
     NO_RECORDS,
     PROTOCOL_NOT_MET,
     REFUTED,
+    REPRODUCED,
     SUPPORTED,
     UNRESOLVED,
     Run,
     as_rows,
     describe,
     judge,
+    judge_claim,
+    printed_match,
     render_markdown,
+    verdict_cell,
 )
 from capsbench.suites import SUITES
 
@@ -139,18 +145,28 @@ def test_ratio_claim_on_latency_tests_the_factor():
     )
 
 
-def test_exact_counts_need_no_seeds():
-    fewer = claim(
-        "params", "efficiency", better=Side("effcapsnet"), worse=Side("capsnet"), sweep={"part": "total"}, ratio=10
+def test_exact_counts_are_reproduced_or_differ_whatever_the_seeds():
+    fewer = claim("params", "efficiency", better=Side("effcapsnet", published=0.161),
+                  worse=Side("capsnet", published=6.8), sweep={"part": "total"}, ratio=40)
+    records = seeds("effcapsnet", "params", [0.161824] * 3, "efficiency", part="total") + seeds(
+        "capsnet", "params", [6.8058] * 3, "efficiency", part="total"
     )
-    records = seeds("effcapsnet", "params", [0.16], "efficiency", part="total") + seeds(
-        "capsnet", "params", [6.8], "efficiency", part="total"
+    judged = judge(fewer, run(records, "efficiency"))
+    assert judged.verdict == REPRODUCED and judged.seeds == 0 and verdict_cell(judged) == "reproduced (quick)"
+    bigger = seeds("effcapsnet", "params", [0.1621], "efficiency", part="total") + seeds(
+        "capsnet", "params", [6.8058], "efficiency", part="total"
     )
-    assert judge(fewer, run(records, "efficiency")).verdict == SUPPORTED
+    differs = judge(fewer, run(bigger, "efficiency"))
+    assert differs.verdict == DIFFERS and "effcapsnet counts 0.1621, printed 0.161" in differs.reason
     close = seeds("effcapsnet", "params", [1.0], "efficiency", part="total") + seeds(
         "capsnet", "params", [6.8], "efficiency", part="total"
     )
-    assert judge(fewer, run(close, "efficiency")).verdict == REFUTED  # 6.8x < 10x, and counts are exact
+    assert "does not hold" in judge(replace(fewer, better=Side("effcapsnet")), run(close, "efficiency")).reason
+
+
+def test_printed_precision():
+    assert printed_match(6.8058, 6.8) and printed_match(6.86, 6.8) and not printed_match(6.9, 6.8)
+    assert printed_match(0.161824, 0.161) and printed_match(0.161824, 0.162) and not printed_match(0.1635, 0.161)
 
 
 def test_no_records_says_what_is_missing():
@@ -339,3 +355,67 @@ def test_an_exact_count_measured_in_three_seeds_has_no_spread():
     spread = Evidence({0: 38.5, 1: 31.0, 2: 45.2}, {}, None, None)
     assert describe(counts) == "6.804 ± 0 (3 seeds)"
     assert describe(spread) == "38.23 ± 7.1 (3 seeds)"  # sample std of 38.5, 31.0, 45.2: 7.104
+
+
+def test_parity_inside_its_margin_is_supported_and_outside_refuted():
+    alike = claim(relation="parity", margin=2.0)
+    inside = judge(alike, run(per_seed([9950, 9945, 9955], [9948, 9950, 9951])))  # within 0.07 points each seed
+    assert inside.verdict == SUPPORTED and verdict_cell(inside) == "supported (as good as, quick, 3 seeds)"
+    assert "two one-sided t-tests" in inside.reason and "paired test on 30,000 pooled test images" in inside.reason
+    apart = judge(alike, run(per_seed([9950, 9945, 9955], [9500, 9520, 9480])))  # capsnet 4.5 points ahead
+    assert apart.verdict == REFUTED and "capsnet is better by more than the margin of 2" in apart.reason
+    unsure = judge(alike, run(per_seed([9950, 9700, 9955], [9800, 9900, 9700])))
+    assert unsure.verdict == UNRESOLVED
+
+
+def test_no_better_than_is_one_sided():
+    fooled = claim(relation="no_better", margin=2.0)  # capsnet is not better than the CNN by 2 points or more
+    worse = judge(fooled, run(per_seed([9500, 9520, 9480], [9950, 9945, 9955])))  # far behind: still "no better"
+    assert worse.verdict == SUPPORTED and verdict_cell(worse) == "supported (no better than, quick, 3 seeds)"
+    better = judge(fooled, run(per_seed([9950, 9945, 9955], [9500, 9520, 9480])))
+    assert better.verdict == REFUTED
+    one = judge(fooled, run(paired(9950, 9948)))
+    assert one.verdict == UNRESOLVED and "one seed" in one.reason
+
+
+def test_a_margin_claim_needs_a_margin(tmp_path):
+    path = tmp_path / "claims" / "x.yaml"
+    path.parent.mkdir()
+    path.write_text("source: {id: x, citation: 'A. Author. Paper. 2019', arxiv: '1906.03612'}\nclaims:\n"
+                    "  - {id: x-1, statement: s, where: Table 1, suite: accuracy, dataset: mnist,"
+                    " metric: test_accuracy, better: {model: capsnet}, worse: {model: cnn_sabour}, relation: parity}\n")
+    with pytest.raises(CapsbenchError, match="needs a positive margin"):
+        load_claims_file(path)
+
+
+def test_a_claim_that_cannot_fail_is_refused_when_the_files_load(tmp_path):
+    path = tmp_path / "claims" / "x.yaml"
+    path.parent.mkdir()
+    path.write_text("source: {id: x, citation: 'A. Author. Paper. 2020', arxiv: '1907.02957'}\nclaims:\n"
+                    "  - {id: x-1, statement: s, where: Abstract, suite: robustness, dataset: mnist,"
+                    " metric: robust_accuracy, sweep: {attack: worst_case, eps: 0.1},"
+                    " better: {model: capsnet, metric: correct_or_detected}, worse: {model: capsnet}}\n")
+    with pytest.raises(CapsbenchError, match="cannot fail: correct_or_detected contains robust_accuracy"):
+        load_claims_file(path)
+
+
+def test_a_cost_claim_measured_on_two_devices_gives_a_row_per_device():
+    speed = claim("latency", "efficiency", better=Side("cnn_sabour"), worse=Side("capsnet"), sweep={"batch": 1})
+    rows = []
+    for device, caps, cnn in (("cpu (2 threads)", [9.0, 9.2, 9.1], [26.0, 26.5, 26.2]),
+                              ("NVIDIA H100", [2.3, 2.32, 2.31], [0.52, 0.5, 0.51])):
+        rows += seeds("capsnet", "latency", caps, "efficiency", batch=1, device=device)
+        rows += seeds("cnn_sabour", "latency", cnn, "efficiency", batch=1, device=device)
+    judged = judge_claim(speed, run(rows, "efficiency"))
+    assert [j.claim.sweep["device"] for j in judged] == ["NVIDIA H100", "cpu (2 threads)"]
+    cells = [verdict_cell(j) for j in judged]
+    assert cells == ["supported (NVIDIA H100, batch 1, quick, 3 seeds)",
+                     "refuted (cpu (2 threads), batch 1, quick, 3 seeds)"]
+
+
+def test_a_protocol_miss_inside_the_noise_says_so():
+    checked = claim(checks=(Check("clean accuracy at least 99 %", "at_least", 99.0),))
+    close = judge(checked, run(per_seed([9889, 9892, 9886], [9904, 9903, 9905])))
+    assert close.verdict == PROTOCOL_NOT_MET and "within noise (±" in close.reason
+    far = judge(checked, run(per_seed([9500, 9520, 9480], [9904, 9903, 9905])))
+    assert "outside the noise" in far.reason

@@ -42,8 +42,11 @@ CLAIMS_SUITE = "claims"  # `capsbench run suite=claims` (the MLflow tag of its p
 _CLAIM_KEYS = {
     "id": str, "statement": str, "where": str, "suite": str, "dataset": str, "metric": str, "better": dict,
     "worse": dict, "sweep": dict, "ratio": (int, float), "note": str, "checks": list, "data": list, "run": dict,
-    "min_effect": (int, float), "train": dict,
+    "min_effect": (int, float), "train": dict, "relation": str, "margin": (int, float),
 }
+# beats: `better` is better than `worse`; parity: neither is better by `margin` or more (an equivalence test);
+# no_better: `better` is not better than `worse` by `margin` or more ("fooled as easily as")
+RELATIONS = ("beats", "parity", "no_better")
 _TRAIN_KEYS = {"target_val_accuracy": (int, float), "max_epochs": int}  # a claim's training: to a target, capped
 _REQUIRED_CLAIM = ("id", "statement", "where", "suite", "dataset", "metric", "better", "worse")
 _SIDE_KEYS = {"model": str, "published": (int, float), "model_args": dict, "settings": dict, "training": str,
@@ -96,6 +99,8 @@ class Claim:
     unsourced: str | None = None  # numbers no paper prints: what they are instead (None: a primary source)
     min_effect: float | None = None  # the smallest difference (metric units) that still carries the statement
     train: dict[str, Any] = field(default_factory=dict)  # target_val_accuracy (%) and max_epochs of both sides
+    relation: str = "beats"  # or parity / no_better, tested against `margin` (RELATIONS)
+    margin: float | None = None  # parity and no_better: the difference (metric units) that would contradict them
 
     @property
     def primary(self) -> bool:
@@ -150,6 +155,13 @@ def _claim(path: Path, where: str, raw: Any, source: str, unsourced: str | None)
     if min_effect is not None and not (math.isfinite(min_effect) and min_effect > 0):
         raise CapsbenchError(f"{path}: '{where}.min_effect' must be a positive difference in the metric's units, "
                              f"got {min_effect!r}")
+    relation, margin = entry.get("relation", "beats"), entry.get("margin")
+    if relation not in RELATIONS:
+        raise CapsbenchError(f"{path}: '{where}.relation' must be one of {', '.join(RELATIONS)}, got {relation!r}")
+    if (relation != "beats") != (margin is not None) or (margin is not None and not margin > 0):
+        raise CapsbenchError(f"{path}: '{where}': a parity or no_better claim needs a positive margin (the "
+                             f"difference that would contradict it), and a beats claim none; got {relation}, {margin}")
+    _check_can_fail(path, where, entry, sides)
     data = entry.get("data", [])
     if not all(isinstance(d, str) and d in DATA_FILES for d in data):
         raise CapsbenchError(f"{path}: '{where}.data' must list data sources among {', '.join(DATA_FILES)}, got {data}")
@@ -172,7 +184,25 @@ def _claim(path: Path, where: str, raw: Any, source: str, unsourced: str | None)
         unsourced=unsourced,
         min_effect=None if min_effect is None else float(min_effect),
         train=dict(train),
+        relation=relation,
+        margin=None if margin is None else float(margin),
     )
+
+
+def _check_can_fail(path: Path, where: str, entry: dict[str, Any], sides: list[Side]) -> None:
+    """Refuse a claim that cannot fail: its better side's metric counts a superset, per image, of the worse side's
+    on the same model, arguments and training (e.g. "correct or flagged" against "correct" of one CapsNet)."""
+    if entry["suite"] not in SUITES:
+        return
+    better, worse = sides
+    metric = {m.name: m for m in SUITES.get(entry["suite"]).metrics}
+    a, b = better.metric or entry["metric"], worse.metric or entry["metric"]
+    same = (better.model, better.model_args, better.training) == (worse.model, worse.model_args, worse.training)
+    if same and b in metric[a].contains:
+        raise CapsbenchError(
+            f"{path}: '{where}' cannot fail: {a} contains {b} on every image of the same {better.model}, so 'better' "
+            "holds by construction; compare what the source compares (e.g. two attacks' success, or two models)"
+        )
 
 
 def _side(path: Path, where: str, raw: Any) -> Side:

@@ -4,6 +4,7 @@ missed it. A smoke run meets no claim's protocol."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,10 +63,22 @@ def _side_miss(frame: pd.DataFrame, claim: Claim, side: Side, check: Check) -> s
     mean = float(rows["value"].mean())
     seeds = f" (mean of {rows['seed'].nunique()} seeds)" if rows["seed"].nunique() > 1 else ""
     if check.kind == "at_least" and mean < check.value:
-        return f"{label} {mean:.4g}{seeds} < {check.value:g}: {check.what}"
+        return f"{label} {mean:.4g}{seeds} < {check.value:g}{_noise(rows, mean, check.value)}: {check.what}"
     if check.kind == "at_most" and mean > check.value:
-        return f"{label} {mean:.4g}{seeds} > {check.value:g}: {check.what}"
+        return f"{label} {mean:.4g}{seeds} > {check.value:g}{_noise(rows, mean, check.value)}: {check.what}"
     if check.kind == "near_published" and abs(mean - side.published) > check.value:
         return (f"{label} {mean:.4g}{seeds} is {abs(mean - side.published):.3g} from the published "
                 f"{side.published:g} (at most {check.value:g}): {check.what}")
     return None
+
+
+def _noise(rows: pd.DataFrame, mean: float, threshold: float) -> str:
+    """For a percentage measured on test images: whether the miss lies within the sampling noise of the images behind
+    it (95 %: 1.96 binomial standard errors of the pooled images), said with its size; "" otherwise."""
+    if "n" not in rows or rows["n"].isna().any() or not 0 < mean < 100:
+        return ""
+    images = int(rows["n"].astype(float).sum())
+    half = 1.96 * math.sqrt(mean * (100 - mean) / images)
+    if abs(mean - threshold) > half:
+        return f", outside the noise (±{half:.2g} points on {images:,} images)"
+    return f", within noise (±{half:.2g} points on {images:,} images): the check cannot tell these models apart"

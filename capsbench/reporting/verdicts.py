@@ -4,7 +4,7 @@ no records; with the budget, the seeds, and what each verdict needs next."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -15,13 +15,16 @@ from capsbench.reporting.claim_tests import Evidence, decide
 from capsbench.reporting.formatting import FLOAT_NOISE
 from capsbench.reporting.frame import UNDERTRAINED, row_models
 from capsbench.reporting.latex import tex
+from capsbench.reporting.margin_tests import decide_margin
 from capsbench.reporting.protocol_checks import protocol_misses, side_rows
 from capsbench.suites import SUITES
 from capsbench.util.stats import ALPHA, decode_outcomes
 
 SUPPORTED, REFUTED, UNRESOLVED, NO_RECORDS = "supported", "refuted", "not resolved", "no records"
 PROTOCOL_NOT_MET = "protocol not met"
-VERDICTS = (SUPPORTED, REFUTED, UNRESOLVED, PROTOCOL_NOT_MET, NO_RECORDS)
+REPRODUCED, DIFFERS = "reproduced", "differs"  # exact counts: seeds cannot change them, nothing is tested
+VERDICTS = (SUPPORTED, REFUTED, UNRESOLVED, REPRODUCED, DIFFERS, PROTOCOL_NOT_MET, NO_RECORDS)
+RELATION_WORDS = {"parity": "as good as", "no_better": "no better than"}
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,62 @@ def judge(claim: Claim, run: Run | None, one_seed: bool = False) -> Judgement:
         return Judgement(claim, UNRESOLVED, f"{model} is undertrained (below its dataset's validation floor)",
                          needs="longer training (budget=quick or paper)", **kept)
     metric = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric)  # checked when loaded
-    decision = decide(claim, metric, run.budget, better, worse, one_seed)
+    if metric.exact:
+        return _exact(claim, better, worse, kept)
+    if claim.relation != "beats":
+        decision = decide_margin(claim, metric, better, worse)
+    else:
+        decision = decide(claim, metric, run.budget, better, worse, one_seed)
     verdict = {1: SUPPORTED, -1: REFUTED, 0: UNRESOLVED}[decision.direction]
     return Judgement(claim, verdict, decision.reason, p=decision.p, needs=decision.needs, **kept)
+
+
+def judge_claim(claim: Claim, run: Run | None, one_seed: bool = False) -> list[Judgement]:
+    """The claim's verdicts: one per device its records were measured on when its suite records the device (a cost
+    claim is judged per device, never pooled across them), else one."""
+    devices = _devices(claim, run)
+    if len(devices) < 1:
+        return [judge(claim, run, one_seed)]
+    return [judge(replace(claim, sweep={**claim.sweep, "device": d}), run, one_seed) for d in devices]
+
+
+def _devices(claim: Claim, run: Run | None) -> list[str]:
+    if run is None or "device" in claim.sweep or "device" not in SUITES.get(claim.suite).sweep_columns:
+        return []
+    f = run.frame
+    rows = f[(f["metric"] == claim.metric) & f["model"].isin([claim.better.model, claim.worse.model])]
+    return sorted({str(d) for d in rows.get("device", pd.Series(dtype=object)).dropna()})
+
+
+def _exact(claim: Claim, better: Evidence, worse: Evidence, kept: dict[str, Any]) -> Judgement:
+    """An exact count (parameters, MACs): reproduced when each side's count rounds to its published number as printed
+    and the claimed relation holds on the counts; differs otherwise, saying which."""
+    wrong = [f"{side.model} counts {e.mean:.6g}, printed {side.published:g}"
+             for side, e in ((claim.better, better), (claim.worse, worse))
+             if side.published is not None and not printed_match(e.mean, side.published)]
+    lead = better.mean / worse.mean if claim.ratio is not None else better.mean - worse.mean
+    direction = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric).higher_is_better
+    if claim.ratio is not None:
+        factor = worse.mean / better.mean if not direction else better.mean / worse.mean
+        holds, said = factor >= claim.ratio, f"a factor of {factor:.3g} against the claimed {claim.ratio:g}x"
+    else:
+        holds = lead > 0 if direction else lead < 0
+        said = f"{better.mean:.6g} against {worse.mean:.6g}"
+    if not holds:
+        wrong.append(f"the claimed relation does not hold: {said}")
+    reason = f"exact counts ({said}; counts do not depend on the seed)"
+    kept = {**kept, "seeds": 0}
+    if wrong:
+        return Judgement(claim, DIFFERS, f"{reason}: " + "; ".join(wrong), **kept)
+    return Judgement(claim, REPRODUCED, reason + ", each as printed", **kept)
+
+
+def printed_match(value: float, printed: float) -> bool:
+    """Whether `value` prints as `printed`, rounded or truncated, at the precision it was printed with (its shortest
+    decimal form): within one unit of its last digit (6.8 stands for 6.7-6.9 exclusive, 161 K for 160-162 K)."""
+    text = repr(float(printed))
+    decimals = len(text.split(".")[1].rstrip("0")) if "." in text and "e" not in text else 0
+    return abs(value - printed) < 10.0 ** -decimals - 1e-12
 
 
 def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | Absent:
@@ -141,8 +197,8 @@ def _where(claim: Claim) -> str:
 
 
 def judge_all(claims: list[Claim], runs: dict[str, Run], one_seed: bool = False) -> list[Judgement]:
-    """Every claim's verdict; `runs` maps a suite name to its records in the report."""
-    return [judge(c, runs.get(c.suite), one_seed) for c in claims]
+    """Every claim's verdicts (one per device for a cost claim); `runs` maps a suite name to its records."""
+    return [j for c in claims for j in judge_claim(c, runs.get(c.suite), one_seed)]
 
 
 def describe(e: Evidence | None) -> str:
@@ -162,9 +218,13 @@ def describe(e: Evidence | None) -> str:
 
 
 def verdict_cell(j: Judgement) -> str:
-    """The verdict with the budget and seeds it stands on, e.g. "supported (quick, 3 seeds)"."""
+    """The verdict with what it stands on, e.g. "supported (quick, 3 seeds)", "supported (no better than, quick, 3
+    seeds)", "refuted (cpu, batch 1, paper, 3 seeds)", "reproduced (paper)"."""
     seeds = "one seed" if j.seeds == 1 else f"{j.seeds} seeds" if j.seeds else ""
-    context = ", ".join(part for part in (j.budget, seeds) if part)
+    relation = RELATION_WORDS.get(j.claim.relation, "") if j.verdict in (SUPPORTED, REFUTED) else ""
+    where = [str(j.claim.sweep["device"])] if "device" in j.claim.sweep else []
+    where += [f"batch {j.claim.sweep['batch']}"] if where and "batch" in j.claim.sweep else []
+    context = ", ".join(part for part in (relation, *where, j.budget, seeds) if part)
     return j.verdict + (f" ({context})" if context else "")
 
 

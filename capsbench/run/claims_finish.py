@@ -4,6 +4,7 @@ claims/ of the run's folder (copied to <output_dir>/claims/)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,14 @@ from capsbench.reporting.claims_report import ClaimsRun, write_claims
 from capsbench.reporting.document import Run, Section
 from capsbench.reporting.frame import records_frame
 from capsbench.reporting.settings import changed_settings
-from capsbench.reporting.verdicts import NO_RECORDS, PROTOCOL_NOT_MET, Judgement, judge, render_markdown, verdict_counts
+from capsbench.reporting.verdicts import (
+    NO_RECORDS,
+    PROTOCOL_NOT_MET,
+    Judgement,
+    judge_claim,
+    render_markdown,
+    verdict_counts,
+)
 from capsbench.reporting.verdicts import Run as Evidence
 from capsbench.run.driver import SuiteResult, records_jsonl
 from capsbench.run.plan import Finished
@@ -56,7 +64,7 @@ class JudgeClaims:
 
     def __call__(self, sections: list[SuiteResult], done: dict[str, UnitResult], run_id: str | None,
                  root: Path) -> Finished:
-        judged = [self._judgement(c, done) for c in self.claims]
+        judged = [j for c in self.claims for j in self._judgements(c, done)]
         source = f"MLflow run {run_id} in {self.store}" if run_id else "tracking off"
         run = ClaimsRun(self.budget, __version__, self.seeds, run_id, source, self.command, self.started)
         parts = [self._section(s, done, run) for s in sections if s.output is not None]
@@ -91,29 +99,30 @@ class JudgeClaims:
                                       .items()}, result.cfg.suite, result.cfg.budget),
         )
 
-    def _judgement(self, claim: Claim, done: dict[str, UnitResult]) -> Judgement:
-        """The claim's verdict from its own units' records; a claim whose data are absent has none."""
+    def _judgements(self, claim: Claim, done: dict[str, UnitResult]) -> list[Judgement]:
+        """The claim's verdicts (one per device for a cost claim) from its own units' records; a claim whose data are
+        absent has none."""
         if claim.id in self.lacking:
-            return Judgement(claim, NO_RECORDS, "data files absent: " + "; ".join(self.lacking[claim.id]),
-                             budget=self.budget, needs="the data files: " + ", ".join(
-                                 line.split(":")[0] for line in self.lacking[claim.id]))
+            return [Judgement(claim, NO_RECORDS, "data files absent: " + "; ".join(self.lacking[claim.id]),
+                              budget=self.budget, needs="the data files: " + ", ".join(
+                                  line.split(":")[0] for line in self.lacking[claim.id]))]
         if claim.id in self.unplanned:
             why = self.unplanned[claim.id]
-            return Judgement(claim, PROTOCOL_NOT_MET, f"not measured: {why}", budget=self.budget,
-                             needs=why.rpartition("; run ")[2])
+            return [Judgement(claim, PROTOCOL_NOT_MET, f"not measured: {why}", budget=self.budget,
+                              needs=why.rpartition("; run ")[2])]
         units = self.units[claim.id]
         finished = [done[u.key] for u in units if _finished(done, u)]
         records = [r for result in finished for r in result.records]
         model_args = {r.spec.model: logged_args(r) for r in finished}
         evidence = Evidence(records_frame(records, SUITES.get(claim.suite)), model_args, _settings(claim, finished),
                             _measured_budget(units, self.budget))
-        judged = judge(claim, evidence, self.one_seed)
+        judged = judge_claim(claim, evidence, self.one_seed)
         failed = [done[u.key] for u in units if u.key in done and done[u.key].status != "done"]
         if not failed:
             return judged
         why = "; ".join(f"{r.spec.name} failed ({r.error})" for r in failed)
-        return Judgement(claim, judged.verdict, f"{judged.reason}; {why}", judged.better, judged.worse, judged.p,
-                         judged.budget, judged.seeds, "rerun the same command (failed units are measured again)")
+        again = "rerun the same command (failed units are measured again)"
+        return [replace(j, reason=f"{j.reason}; {why}", needs=again) for j in judged]
 
 
 def _measured_budget(units: list[UnitSpec], budget: str) -> str:

@@ -23,6 +23,8 @@ class Metric:
 
     higher_is_better=None marks a descriptive number (a property of the data, not of a model): no best.
     exact=True marks a deterministic count (parameters, MACs): no noise, so a strict lead is significant.
+    contains: metrics this one counts a superset of, per image, on the same model and images (correct or flagged
+    contains correct): a claim that it beats one of them on the same model cannot fail, and is refused.
     """
 
     name: str
@@ -30,6 +32,7 @@ class Metric:
     higher_is_better: bool | None
     description: str = ""
     exact: bool = False
+    contains: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _SAFE_NAME.match(self.name):

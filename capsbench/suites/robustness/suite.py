@@ -119,6 +119,7 @@ class RobustnessSuite(Suite):
             True,
             "detection on: test images classified correctly under attack or "
             "flagged by the reconstruction detector (clean mistakes count only if flagged)",
+            contains=("robust_accuracy",),
         ),
         Metric(
             "detection_rate",
