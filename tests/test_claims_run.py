@@ -87,13 +87,15 @@ def test_the_plan_has_units_for_every_claim_whose_data_and_budget_it_has(tmp_pat
     assert "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat" in smallnorb and "cs.nyu.edu" in smallnorb
     assert "affNIST/test.mat" in " ".join(p.lacking["sabour2017-affnist"])
     efficiency = {u.config["budget"] for u in p.units["sabour2017-params"]}  # measured at the sizes it assumes
-    detection = {u.config["params"]["detection_fpr"] for u in p.units["qin2020-detection"]}
+    detection = {u.config["params"]["detection_fpr"] for u in p.units["qin2020-reconstructive-attack"]}
     assert efficiency == {"paper"} and detection == {0.05}
-    trained = {u.model: u.config["train"] for u in p.units["gu2021-pgd"]}
-    assert trained["capsnet"]["target_val_accuracy"] == 99.4 and trained["cnn_sabour"]["epochs"] == 20
-    attacked = {u.config["data"]["test_subset"] for u in p.units["gu2021-pgd"]}
-    grid = {tuple(u.config["params"]["eps"]["mnist"]) for u in p.units["gu2021-pgd"]}
+    vote = p.units["gu2021-vote-mnist"]
+    assert {u.config["train"].get("target_val_accuracy") for u in vote} == {None}  # the budget's own training
+    attacked = {u.config["data"]["test_subset"] for u in vote}
+    grid = {tuple(u.config["params"]["eps"]["mnist"]) for u in vote}
     assert attacked == {1568} and grid == {(0.0, 0.1, 0.15, 0.3)}  # the claim's eps, the black-box one, the largest
+    alone = {tuple(u.config["params"]["attacks"]) for u in vote}  # both attacks the claim reads, each on every image
+    assert alone == {("fgsm", "apgd", "pgd", "vote")} and {"vote"} & set(vote[0].config["params"]["ensemble"]) == set()
 
 
 def test_units_share_keys_with_ordinary_runs(tmp_path: Path):
@@ -116,19 +118,20 @@ def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, mon
     out = tmp_path / "out"
     command = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={out}", "device=cpu",
                "seeds=[0,1]", "train.epochs=1", f"tracking.uri=sqlite:///{out / 'mlflow.db'}",
-               "claims=[gu2021-pgd,hinton2018-smallnorb,sabour2017-mnist-r3]"]
+               "claims=[gu2021-vote-mnist,hinton2018-smallnorb,sabour2017-mnist-r3]"]
     p = plan_claims(parse_command_line(command))
     assert list(p.lacking) == ["hinton2018-smallnorb"] and "hinton2018-smallnorb" not in p.units
     result = run_plan(p.plan)
     by_id = {j.claim.id: j for j in result.finished.detail}
-    mnist, norb, paper = by_id["gu2021-pgd"], by_id["hinton2018-smallnorb"], by_id["sabour2017-mnist-r3"]
+    mnist, norb, paper = by_id["gu2021-vote-mnist"], by_id["hinton2018-smallnorb"], by_id["sabour2017-mnist-r3"]
     assert mnist.verdict == "protocol not met" and mnist.seeds == 2 and "budget=smoke" in mnist.reason
     assert paper.verdict == "protocol not met" and "not measured: its protocol assumes budget=paper" in paper.reason
     assert paper.needs == "capsbench run suite=claims budget=paper device=cuda claims=[sabour2017-mnist-r3]"
     assert norb.verdict == "no records" and "smallnorb-5x01235x9x18x6x2x96x96-testing-cat.mat" in norb.reason
     assert norb.needs == "the data files: smallnorb"
     table = (out / "claims" / "claims.md").read_text()
-    assert "**protocol not met** (smoke, 2 seeds)" in table and "Verdicts: 0 supported, 0 refuted" in table
+    assert "**protocol not met** (smoke, 2 seeds)" in table
+    assert "Verdicts: 2 protocol not met, 1 no records (of 3 rows)." in table
     assert "## Claims whose data files are absent (not planned)" in table and "cs.nyu.edu" in table
     report = (out / "claims" / "report.md").read_text()
     assert "## robustness-mnist-1" in report and "| capsnet" in report and "## Claims" in report
@@ -211,7 +214,7 @@ def test_claims_run_prints_json_with_its_verdicts(tmp_path: Path, monkeypatch):
 
 def test_a_paper_budget_claim_of_a_suite_that_trains_nothing_is_judged_at_paper_in_a_quick_run(tmp_path: Path):
     """The parameter claim's efficiency units are measured at budget=paper whatever the run's budget, so its verdict
-    reads their budget: decided, and marked (paper, 3 seeds), not 'measured at budget=quick'."""
+    reads their budget: decided (an exact count: reproduced, no seeds), not 'measured at budget=quick'."""
     root = fake_root(tmp_path, "mnist")
     p = plan_claims(parse_command_line(["budget=quick", f"data.root={root}", f"output_dir={tmp_path}", "device=cpu",
                                         "claims=[sabour2017-params]"]))
@@ -222,5 +225,5 @@ def test_a_paper_budget_claim_of_a_suite_that_trains_nothing_is_judged_at_paper_
         {"suite": "efficiency", "model": u.model, "dataset": "mnist", "seed": u.seed, "metric": "params",
          "value": counts[u.model], "part": "total"}]) for u in units}
     (claim,) = p.claims
-    judged = p.plan.finish._judgement(claim, done)
-    assert (judged.verdict, judged.budget, judged.seeds) == ("supported", "paper", 3), judged.reason
+    (judged,) = p.plan.finish._judgements(claim, done)
+    assert (judged.verdict, judged.budget, judged.seeds) == ("reproduced", "paper", 0), judged.reason

@@ -189,6 +189,17 @@ def test_evaluate_shows_progress_unless_told_not_to(tmp_path, monkeypatch, capfd
     args = dict(suite="accuracy", budget="smoke", output_dir=str(tmp_path), device="cpu", tracking={"enabled": False},
                 train={"epochs": 1})
     capsbench.evaluate("cnn_9x9", **args)
-    assert "units:" in capfd.readouterr().err  # tqdm bars, although stderr is no terminal here
+    err = capfd.readouterr().err
+    assert "units:" in err and "\r" not in err  # plain lines, for stderr is no terminal (nor a notebook) here
     capsbench.evaluate("cnn_9x9", progress=False, remeasure=True, **args)
     assert "units:" not in capfd.readouterr().err
+
+
+def test_bars_asked_for_off_a_terminal_write_no_cursor_codes(capsys):
+    """capsbench.evaluate asks for bars (a notebook shows them); in a script whose stderr goes to a file there is no
+    notebook, and the progress must come as plain lines, never tqdm's carriage returns and cursor codes."""
+    with progress.shown(True):
+        with progress.Progress("attacks", 10, unit="row-step") as bar:
+            bar.update(10)
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b[" not in err

@@ -50,7 +50,7 @@ RELATIONS = ("beats", "parity", "no_better")
 _TRAIN_KEYS = {"target_val_accuracy": (int, float), "max_epochs": int}  # a claim's training: to a target, capped
 _REQUIRED_CLAIM = ("id", "statement", "where", "suite", "dataset", "metric", "better", "worse")
 _SIDE_KEYS = {"model": str, "published": (int, float), "model_args": dict, "settings": dict, "training": str,
-              "metric": str}
+              "metric": str, "sweep": dict}
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,14 @@ class Side:
     settings: dict[str, Any] = field(default_factory=dict)
     training: str | None = None
     metric: str | None = None
+    sweep: dict[str, Any] = field(default_factory=dict)  # over the claim's: e.g. the attack this side is measured under
 
     @property
     def label(self) -> str:
         extra = {**self.model_args, **self.settings, **({"training": self.training} if self.training else {})}
         name = self.model + (f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else "")
-        return name + (f" [{self.metric}]" if self.metric else "")
+        measured = ", ".join([*([self.metric] if self.metric else []), *(f"{k}={v}" for k, v in self.sweep.items())])
+        return name + (f" [{measured}]" if measured else "")
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ def _check_can_fail(path: Path, where: str, entry: dict[str, Any], sides: list[S
     better, worse = sides
     metric = {m.name: m for m in SUITES.get(entry["suite"]).metrics}
     a, b = better.metric or entry["metric"], worse.metric or entry["metric"]
-    same = (better.model, better.model_args, better.training) == (worse.model, worse.model_args, worse.training)
+    same = (better.model, better.model_args, better.training, better.sweep) == (
+        worse.model, worse.model_args, worse.training, worse.sweep)
     if same and b in metric[a].contains:
         raise CapsbenchError(
             f"{path}: '{where}' cannot fail: {a} contains {b} on every image of the same {better.model}, so 'better' "
@@ -214,6 +217,7 @@ def _side(path: Path, where: str, raw: Any) -> Side:
         dict(side.get("settings", {})),
         side.get("training"),
         side.get("metric"),
+        dict(side.get("sweep", {})),
     )
 
 
@@ -237,7 +241,7 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
                 f"{entry['suite']!r} with the direction of {entry['metric']!r}; expected one of: "
                 f"{', '.join(same)}"
             )
-    for col in entry.get("sweep", {}):
+    for col in [*entry.get("sweep", {}), *entry["better"].get("sweep", {}), *entry["worse"].get("sweep", {})]:
         if col not in suite.sweep_columns:
             raise CapsbenchError(
                 f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "

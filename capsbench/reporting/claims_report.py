@@ -45,13 +45,14 @@ def write_claims(root: Path, judged: list[verdicts.Judgement], lacking: dict[str
 
 def claims_markdown(judged: list[verdicts.Judgement], lacking: dict[str, list[str]], run: ClaimsRun) -> str:
     """claims.md: the command, the counts per verdict, the rule, the table, and the data each unplanned claim needs."""
-    counts = verdicts.verdict_counts(judged)
     lines = [
         f"# Claims at budget={run.budget}",
         "",
         f"Command: `{run.command}` (capsbench {run.version}; training seeds {run.seeds}; {run.source}).",
         "",
-        "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (of {len(judged)} claims).",
+        *(f"Verdicts{'' if heading is None else ' without a primary source'}: " + ", ".join(
+            f"{n} {v}" for v, n in verdicts.verdict_counts(group).items() if n) + f" (of {len(group)} rows)."
+          for heading, group in verdicts.grouped(judged)),
         "",
         verdicts.RULE,
         "",

@@ -56,8 +56,9 @@ def _side_miss(frame: pd.DataFrame, claim: Claim, side: Side, check: Check) -> s
     """Why one side misses a value check (mean over its seeds), or None when it meets it."""
     own = check.kind == "near_published" or check.metric is None
     metric = (side.metric or claim.metric) if own else check.metric
-    rows = side_rows(frame, claim, side, metric, claim.sweep if own else check.sweep)
-    label = f"{side.label} {metric}{''.join(f', {k}={v}' for k, v in (claim.sweep if own else check.sweep).items())}"
+    sweep = {**claim.sweep, **side.sweep} if own else check.sweep
+    rows = side_rows(frame, claim, side, metric, sweep)
+    label = f"{side.model} {metric}{''.join(f', {k}={v}' for k, v in sweep.items())}"
     if rows.empty:
         return f"{label} not measured ({check.what})"
     mean = float(rows["value"].mean())
@@ -80,5 +81,5 @@ def _noise(rows: pd.DataFrame, mean: float, threshold: float) -> str:
     images = int(rows["n"].astype(float).sum())
     half = 1.96 * math.sqrt(mean * (100 - mean) / images)
     if abs(mean - threshold) > half:
-        return f", outside the noise (±{half:.2g} points on {images:,} images)"
+        return f" (noise ±{half:.2g} points on {images:,} images)"
     return f", within noise (±{half:.2g} points on {images:,} images): the check cannot tell these models apart"

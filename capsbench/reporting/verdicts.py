@@ -148,7 +148,7 @@ def printed_match(value: float, printed: float) -> bool:
 def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | Absent:
     """The side's records, or why there are none that stand for it."""
     metric = side.metric or claim.metric
-    rows = side_rows(run.frame, claim, side, metric, claim.sweep)
+    rows = side_rows(run.frame, claim, side, metric, {**claim.sweep, **side.sweep})
     if rows.empty:
         return _absent(claim, side, run, metric)
     logged = run.model_args.get(side.model, {})

@@ -272,7 +272,8 @@ def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig, bud
             section.models[side.model] = wants
             section.images = max(section.images or 0, need.images or 0) or None
             section.eps |= set(need.eps)
-            section.attacks |= {claim.sweep["attack"]} if "attack" in claim.sweep else set()
+            attack = {**claim.sweep, **side.sweep}.get("attack")
+            section.attacks |= {attack} if attack else set()
             placed[(claim.id, name)] = home
     return sections, placed
 
@@ -309,8 +310,10 @@ def _compose(section: ClaimSection, common: Request, params: dict[str, Any]) -> 
         grid = eps_grid(list(cfg.params.eps[section.dataset]), section.eps,
                         cfg.params.blackbox_eps.get(section.dataset))
         layer["params"] = {**layer["params"], "eps": {section.dataset: grid}}
-    run_alone = [*cfg.params.attacks, *cfg.params.ensemble]
-    read = sorted(a for a in section.attacks if a in ATTACK_CATALOG and a not in run_alone)
-    if read and "attacks" not in layer["params"]:  # an attack a claim reads on its own is reported alone
-        layer["params"] = {**layer["params"], "attacks": [*cfg.params.attacks, *read]}
+    read = sorted(a for a in section.attacks if a in ATTACK_CATALOG and not ATTACK_CATALOG.get(a).defended
+                  and a not in cfg.params.attacks)  # pgd_detect_aware runs with the detector, never in these lists
+    if read and "attacks" not in layer["params"]:  # an attack a claim reads on its own is reported alone (on every
+        # image: its breaks still count in the worst case), so it leaves the ensemble
+        layer["params"] = {**layer["params"], "attacks": [*cfg.params.attacks, *read],
+                           "ensemble": [a for a in cfg.params.ensemble if a not in read]}
     return compose(common.merged(layer))

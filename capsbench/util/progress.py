@@ -23,7 +23,7 @@ BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]
 OPEN_FORMAT = "{desc}: [{elapsed}{postfix}]"  # before the total is known
 log = logging.getLogger("capsbench.util.progress")
 _quiet = False
-_bars = False  # bars even where stderr is not a terminal (a notebook)
+_bars = False  # bars where stderr is not a terminal but a notebook shows them (capsbench.evaluate)
 _open: list[Progress] = []  # open stages, outermost first
 _listener: Callable[[float], None] | None = None  # where `measured` goes
 _lock = threading.Lock()
@@ -43,14 +43,25 @@ def is_quiet() -> bool:
 
 @contextlib.contextmanager
 def shown(on: bool) -> Iterator[None]:
-    """While the block runs: progress bars (tqdm picks a notebook's widget there) when `on`, else nothing at all."""
+    """While the block runs: progress when `on` (bars in a notebook, tqdm's widget; plain lines on stderr elsewhere,
+    even where no logging is set up), else nothing at all."""
     global _quiet, _bars
     before = _quiet, _bars
     _quiet, _bars = not on, on
+    plain = on and "ipykernel" not in sys.modules and not sys.stderr.isatty() and not logging.getLogger().handlers
+    handler = logging.StreamHandler(sys.stderr) if plain else None
+    level = log.level
+    if handler is not None:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
     try:
         yield
     finally:
         _quiet, _bars = before
+        if handler is not None:
+            log.removeHandler(handler)
+            log.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -89,7 +100,7 @@ class Progress:
         self.desc, self.total, self.done, self.status, self.detail = desc, total, 0.0, "", ""
         self.count = count  # what `done` counts, for lines off a terminal (e.g. "row-steps"); empty: percent only
         self._start = self._last = time.monotonic()
-        tty = sys.stderr.isatty() or _bars
+        tty = sys.stderr.isatty() or (_bars and "ipykernel" in sys.modules)  # no cursor codes into a log file
         self._bar = None
         if not _quiet and tty:  # smoothing 0: the time left is the work left at the average rate, as in line()
             self._bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True, smoothing=0,

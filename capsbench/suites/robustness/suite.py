@@ -228,7 +228,8 @@ class RobustnessSuite(Suite):
             chain = run.standalone if run.detector is not None else run.worst_case_only
             for i, name in enumerate(_order(p)[len(p.attacks):], len(p.attacks) + 1):
                 bar.reset(None)
-                bar.note(f"{i}/{n_attacks} {name} on " + ("every image" if run.detector else "what is left robust"))
+                if run.applies(name):  # an attack that does not apply to the model is recorded, never announced
+                    bar.note(f"{i}/{n_attacks} {name} on " + ("every image" if run.detector else "what is left robust"))
                 credit.start(name)
                 records += chain(name, grid if CATALOG.get(name).white_box else [bb])
             if run.detector is not None:
@@ -380,6 +381,10 @@ class _AttackRun:
         self.seconds: dict[str, float] = defaultdict(float)
         self.rows: dict[str, int] = defaultdict(int)
         self.sample = as_images(ctx.splits.test_x[:1], ctx.device)
+
+    def applies(self, name: str) -> bool:
+        """Whether attack `name` is defined for this model (else its records say why it did not run)."""
+        return ATTACKS.get(name).applies_to(self.ctx.model, self.sample) is None
 
     def standalone(self, name: str, eps_values: list[float]) -> list[dict[str, Any]]:
         """Run `name` on every image classified correctly clean; robust-accuracy records per eps (or a skip record)."""
