@@ -53,6 +53,14 @@ Format = Annotated[
 Quiet = Annotated[
     bool, typer.Option("-q", "--quiet", help="No progress bars, warnings only; print where the outputs are.")
 ]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print the plan and its estimated time on the run's device; run and write "
+                                         "nothing.")
+]
+Gpu = Annotated[
+    Optional[str], typer.Option("--gpu", metavar="NAME", help="With --dry-run and device=cuda where there is no GPU: "
+                                "the GPU to price (H100 or H200; default H100).", show_default=False)
+]
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -116,16 +124,23 @@ def _setup_logging(quiet: bool = False) -> None:
         "capsbench run suite=accuracy models=[capsnet] model_args.capsnet.routing_iterations=1",
         "capsbench run suite=robustness budget=smoke --format json",
         "capsbench run suite=claims budget=smoke claims=[sabour2017-mnist-r3]",
+        "capsbench run suite=claims budget=paper device=cuda --dry-run --gpu H200",
     )
     + "\n\nsuite=claims plans and runs what the published claims need. "
     "Budgets: smoke (seconds, tests), quick (default, minutes on a laptop CPU), paper (published sizes, GPU). "
     "Finished units are kept: after Ctrl-C or a kill the same command measures only what is missing "
     "(remeasure=true measures everything again)."
 )
-def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
+def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text", dry_run: DryRun = False,
+        gpu: Gpu = None) -> None:
     """`capsbench run`: parse, compose, check, plan, launch and tabulate the named suites (suite=claims: what the
-    claims need, then their verdicts), all through the one driver."""
+    claims need, then their verdicts), all through the one driver; with --dry-run, the plan and its time only."""
     _check_format(fmt)
+    if gpu is not None and not dry_run:
+        _fail("--gpu names the GPU a --dry-run prices; add --dry-run (a real run uses the GPU it finds)")
+    if dry_run:
+        _dry_run(overrides, gpu or "H100", fmt)
+        return
     with signals_raise():
         try:
             plan = _plan(_request(overrides), overrides)
@@ -158,16 +173,32 @@ def _request(overrides: list[str] | None) -> Any:
     return parse_command_line(list(overrides or []))
 
 
-def _plan(request: Any, overrides: list[str] | None) -> Any:
+def _dry_run(overrides: list[str] | None, gpu: str, fmt: str) -> None:
+    """The plan and its estimated time on the run's device (device=cuda where there is none: `gpu`); nothing runs."""
+    try:
+        plan = _plan(_request(overrides), overrides, gpu=gpu)
+        from capsbench.run.dry_run import describe, lines  # heavy: only once the input is known to be good
+
+        described = describe(plan, gpu)
+    except CapsbenchError as exc:
+        _fail(str(exc), exc.exit_status)
+    if fmt == "json":
+        typer.echo(json.dumps(described, indent=1))
+    else:
+        typer.echo("\n".join(lines(described)))
+
+
+def _plan(request: Any, overrides: list[str] | None, gpu: str | None = None) -> Any:
     """The driver's plan of a `capsbench run`, every section's config checked against the machine before any work:
-    one section per suite, or the sections the claims need and the step that judges them."""
+    one section per suite, or the sections the claims need and the step that judges them. `gpu`: a dry run's, whose
+    device=cuda is priced as that GPU and not checked against this machine."""
     from capsbench.config.compose import compose_suites, settle_device  # lazy: torch-free
     from capsbench.config.preflight import check_before_work  # lazy, as above
 
     if _is_claims(request):
         from capsbench.run.claims_plan import plan_claims  # imports the suites (torch): only for suite=claims
 
-        plan = plan_claims(request, "capsbench run " + " ".join(overrides or [])).plan
+        plan = plan_claims(request, "capsbench run " + " ".join(overrides or []), gpu=gpu).plan
         for section in plan.sections:
             try:
                 check_before_work(section.cfg)
@@ -178,7 +209,8 @@ def _plan(request: Any, overrides: list[str] | None) -> Any:
     cfgs = compose_suites(request, resolve_device=False)
     for cfg in cfgs:
         check_before_work(cfg)
-        settle_device(cfg)  # imports torch: after every check that does not need it
+        if gpu is None or not str(cfg.device).startswith("cuda"):
+            settle_device(cfg)  # imports torch: after every check that does not need it
     from capsbench.run.plan import suite_plan  # with torch, now that the input is known to be good
 
     return suite_plan(cfgs)

@@ -13,8 +13,8 @@ from test_attacks import SETTINGS, tiny_model
 
 from capsbench.attacks import ATTACKS, decisions
 from capsbench.attacks.torchattacks_adapters import Square
+from capsbench.run.cost_model import plan_work, training_work
 from capsbench.run.plan import plan
-from capsbench.run.workload import plan_work, training_work
 from capsbench.util import progress
 from capsbench.util.progress import Progress, redirect_logging
 
@@ -154,8 +154,8 @@ def test_units_are_weighed_by_their_declared_work(tmp_path):
 
 
 def test_units_are_credited_as_they_report_and_never_beyond_their_work():
+    from capsbench.run.cost_model import Credits, Work
     from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
-    from capsbench.run.workload import Credits, Work
 
     spec = UnitSpec("robustness", "capsnet", 0, {}, {"train": {"epochs": 4}, "dataset": "mnist", "data": {}})
     credits = Credits({spec.key: Work(400.0, 1000.0)}, [spec])

@@ -1,7 +1,7 @@
 """`capsbench run suite=claims`: exactly the units the chosen claims need, as units of the ordinary suites (the same
 settings give the same unit keys and checkpoints, so nothing an ordinary run measured is measured again), the claims
-whose data files are absent (with the files and where to get them), and the claims whose units would take over an
-hour on 2 CPU cores."""
+whose data files are absent (with the files and where to get them), and the claims whose protocol assumes another
+budget (with what their units would cost); every estimate priced for the run's device (capsbench.run.cost_model)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from capsbench.models import MODELS
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim, Side, claim_ids, load_claims
 from capsbench.run.claims_sizing import Need, claim_need, eps_grid
-from capsbench.run.estimate import Estimate, estimate
+from capsbench.run.cost_model import Estimate, device_key, plan_work, price, rates
 from capsbench.run.plan import Plan, Section, fix_threads, plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitSpec
@@ -67,14 +67,15 @@ class ClaimPlan:
     downloads: dict[str, list[str]]  # claim id -> data torchvision will download first (data.download=true)
     needs: dict[str, Need]  # claim id -> what it asks of its section
     unplanned: dict[str, str]  # claim id -> why its protocol cannot be met at this budget, and what it would cost
-    estimates: dict[str, Estimate]  # claim id -> its units still to run, on 2 CPU cores
+    estimates: dict[str, Estimate]  # claim id -> its units still to run, on the run's device
     total: Estimate  # every unit still to run
     one_seed: bool
 
 
-def plan_claims(request: Request, command: str = "") -> ClaimPlan:
+def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> ClaimPlan:
     """The plan of `capsbench run suite=claims [claims=[id,...]] [seeds=...] [budget=...] ...`; bad input fails before
-    torch is imported. `command`: the command line as typed, for the claims table."""
+    torch is imported. `command`: the command line as typed, for the claims table. `gpu`: price device=cuda on this
+    GPU (a plan made where there is none: --dry-run), and leave the device unchecked."""
     own = {k: request.get(k) for k in OWN_KEYS if request.get(k) is not None}
     for key in (*request.line, *request.file):
         if key in CHOSEN_BY_CLAIMS:
@@ -88,14 +89,14 @@ def plan_claims(request: Request, command: str = "") -> ClaimPlan:
     folder = Path(str(own["baselines_dir"])) if own.get("baselines_dir") else None
     wanted = _chosen(own, claim_ids(folder))  # before load_claims, which imports the suites (and torch)
     claims = [c for c in load_claims(folder) if wanted is None or c.id in wanted]
-    base = compose(common, require_suite=False)  # the settings every section shares
+    base = compose(common, require_suite=False, resolve_device=gpu is None)  # the settings every section shares
     fix_threads(base)
     runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download))
     needs = {c.id: claim_need(c, DATASETS.get(c.dataset).test_size) for c in runnable}
     unplanned = {c.id: needs[c.id].budget for c in runnable if _budget_unmet(c, needs[c.id], base.budget)}
     planned = [c for c in runnable if c.id not in unplanned]
     found, placed = _sections(planned, needs, base)
-    sections = _suite_sections(found, common, params)
+    sections = _suite_sections(found, common, params, resolve=gpu is None)
     used = {k for s in found for k in _own_params(s.suite, params)}
     unused = sorted(set(params) - used)
     if unused:
@@ -105,8 +106,8 @@ def plan_claims(request: Request, command: str = "") -> ClaimPlan:
                     if u.model == getattr(c, name).model}.values())
         for c in planned
     }
-    estimates, everything = _estimates(planned, units, base)
-    unplanned = {cid: _unmet_words(next(c for c in runnable if c.id == cid), budget, common, params, base)
+    estimates, everything = _estimates(planned, units, base, gpu)
+    unplanned = {cid: _unmet_words(next(c for c in runnable if c.id == cid), budget, common, params, base, gpu)
                  for cid, budget in unplanned.items()}
     claim_plan = ClaimPlan(Plan(base, sections), claims, units, lacking, downloads, needs, unplanned, estimates,
                            everything, bool(own.get("one_seed_verdicts")))
@@ -127,24 +128,31 @@ def _budget_unmet(claim: Claim, need: Need, budget: str) -> bool:
     return need.budget is not None and need.budget != budget and SUITES.get(claim.suite).needs_training
 
 
-def _unmet_words(claim: Claim, budget: str, common: Request, params: dict[str, Any], base: DictConfig) -> str:
-    """Why a claim is not planned at this budget, with what its units would cost at the budget it assumes."""
+def _unmet_words(claim: Claim, budget: str, common: Request, params: dict[str, Any], base: DictConfig,
+                 gpu: str | None) -> str:
+    """Why a claim is not planned at this budget, with what its units would cost at the budget it assumes, on this
+    run's device and, from a CPU, on a GPU."""
     need = claim_need(claim, DATASETS.get(claim.dataset).test_size)
     found, placed = _sections([claim], {claim.id: need}, base, budget)
-    sections = _suite_sections(found, common, params)
+    sections = _suite_sections(found, common, params, resolve=gpu is None)
     units = [u for s in sections for u in s.units]
-    cost = _estimate(units)
-    device = "" if str(base.device).startswith("cuda") else " device=cuda"
-    return (f"its protocol assumes budget={budget} ({cost.words()} on 2 CPU cores"
-            + (f": {cost.why}" if cost.why else "") + f"); run capsbench run suite=claims budget={budget}{device} "
+    here = _estimate(units, base, gpu)
+    on_cpu = not str(base.device).startswith("cuda")
+    costs = f"{here.words()} on {here.device}"
+    if on_cpu:
+        there = _estimate(units, base, gpu or "H100", device="cuda")
+        costs += f", {there.words()} on one {there.device}"
+    device = " device=cuda" if on_cpu else ""
+    return (f"its protocol assumes budget={budget} ({costs}); run capsbench run suite=claims budget={budget}{device} "
             f"claims=[{claim.id}]")
 
 
-def _suite_sections(found: list[ClaimSection], common: Request, params: dict[str, Any]) -> list[Section]:
+def _suite_sections(found: list[ClaimSection], common: Request, params: dict[str, Any], *,
+                    resolve: bool = True) -> list[Section]:
     """The driver's sections of the claim sections: composed, threads fixed, planned, keyed by suite and dataset."""
     sections, counter = [], defaultdict(int)
     for claim_section in found:
-        cfg = _compose(claim_section, common, params)
+        cfg = _compose(claim_section, common, params, resolve)
         fix_threads(cfg)  # fixed per unit, as every `capsbench run` does
         counter[(cfg.suite, cfg.dataset)] += 1
         key = f"{cfg.suite}-{cfg.dataset}-{counter[(cfg.suite, cfg.dataset)]}"
@@ -168,7 +176,7 @@ def _notes(p: ClaimPlan) -> list[tuple[int, str]]:
         train += f", at budget={at.pop()}" if at else ""  # that trains nothing is measured at paper
         notes.append((logging.INFO, f"claim {cid}: {len(claim_units)} units, {images}, {train}; "
                                     f"{p.estimates[cid].words()} still to run"))
-    notes.append((logging.INFO, f"estimated time of the units still to run: {p.total.words()} on 2 CPU cores"
+    notes.append((logging.INFO, f"estimated time of the units still to run: {p.total.words()} on {p.total.device}"
                                 + (f" ({p.total.why})" if p.total.why else "")))
     notes += [(logging.WARNING, f"claim {cid} is not planned, its data files are absent (data.root={cfg.data.root}): "
                                 f"{'; '.join(lines)}") for cid, lines in p.lacking.items()]
@@ -198,19 +206,19 @@ def _by_data(
 
 
 def _estimates(
-    claims: list[Claim], units: dict[str, list[UnitSpec]], base: DictConfig
+    claims: list[Claim], units: dict[str, list[UnitSpec]], base: DictConfig, gpu: str | None
 ) -> tuple[dict[str, Estimate], Estimate]:
     """Each claim's units still to run (a unit shared by two claims counts in both), and every unit still to run."""
     store = UnitStore(base.output_dir)
     todo = {u.key: u for us in units.values() for u in us if base.remeasure or store.load(u) is None}
-    found = {c.id: _estimate([u for u in units[c.id] if u.key in todo]) for c in claims}
-    return found, _estimate(list(todo.values()))
+    found = {c.id: _estimate([u for u in units[c.id] if u.key in todo], base, gpu) for c in claims}
+    return found, _estimate(list(todo.values()), base, gpu)
 
 
-def _estimate(units: list[UnitSpec]) -> Estimate:
-    from capsbench.run.execute import training_group  # lazy: imports torch, once the input is known to be good
+def _estimate(units: list[UnitSpec], base: DictConfig, gpu: str | None, device: str | None = None) -> Estimate:
+    """The units' minutes on `device` (default: the run's), CUDA priced as `gpu` where this machine has none."""
+    return price(units, plan_work(units), device_key(device or base.device, gpu), rates(base.cache_dir))
 
-    return estimate(units, training_group)
 
 
 def _chosen(own: dict[str, Any], ids: list[str]) -> set[str] | None:
@@ -284,7 +292,7 @@ def _own_params(suite: str, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k in fields}
 
 
-def _compose(section: ClaimSection, common: Request, params: dict[str, Any]) -> DictConfig:
+def _compose(section: ClaimSection, common: Request, params: dict[str, Any], resolve: bool = True) -> DictConfig:
     """The section's config: the common settings, its own (budget, test images, eps values, each model's arguments and
     training), and the params.* settings its suite has."""
     run = json.loads(section.run)
@@ -303,7 +311,7 @@ def _compose(section: ClaimSection, common: Request, params: dict[str, Any]) -> 
             trains |= {"epochs": target["max_epochs"]} if "max_epochs" in target else {}
         if trains:
             layer.setdefault("model_train", {})[model] = trains
-    cfg = compose(common.merged(layer))
+    cfg = compose(common.merged(layer), resolve_device=resolve)
     if section.suite != "robustness":
         return cfg
     if section.eps and "eps" not in layer["params"]:
@@ -316,4 +324,4 @@ def _compose(section: ClaimSection, common: Request, params: dict[str, Any]) -> 
         # image: its breaks still count in the worst case), so it leaves the ensemble
         layer["params"] = {**layer["params"], "attacks": [*cfg.params.attacks, *read],
                            "ensemble": [a for a in cfg.params.ensemble if a not in read]}
-    return compose(common.merged(layer))
+    return compose(common.merged(layer), resolve_device=resolve)

@@ -28,13 +28,13 @@ from capsbench.reporting.baselines import load_baselines, matching
 from capsbench.reporting.headline import headline, headline_values, unit_headline
 from capsbench.reporting.model_card import write_model_cards
 from capsbench.reporting.outputs import SuiteOutput, write_suite
+from capsbench.run.cost_model import Credits, device_key, observe, plan_work
 from capsbench.run.external import code_tags, weights_notes
 from capsbench.run.launchers import make_launcher
 from capsbench.run.model_trial import try_external_models
 from capsbench.run.plan import Finished, Plan, Section, suite_plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
-from capsbench.run.workload import Credits, plan_work
 from capsbench.suites import SUITES
 from capsbench.tracking import Tracker, environment_tags, flatten
 from capsbench.util.atomic import atomic_file, write_text
@@ -236,7 +236,7 @@ class LiveUnits:
 def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[str, UnitResult],
             live: LiveUnits) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
-    weighs each unit by its declared work (capsbench.run.workload) and credits it as the unit reports it (each
+    weighs each unit by its declared work (capsbench.run.cost_model) and credits it as the unit reports it (each
     training epoch, its measuring), so its time left is the work left at the rate measured so far."""
     failures = 0
     work = plan_work(todo)
@@ -249,9 +249,11 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
             if step := credits.event(event):
                 bar.update(step)
 
+        device = device_key(cfg.device)
         for n, result in enumerate(make_launcher(cfg).run(todo, on_event), 1):
             if result.status == "done":
                 store.save(result)
+                observe(result, work[result.key], device, cfg.cache_dir)  # this machine's rates, for later plans
             else:
                 failures += 1
                 log.error("unit %s failed: %s", result.spec.name, result.error)

@@ -219,7 +219,9 @@ def _model(
         result.params = {"weights.tensors_sha256": state_sha256(model),
                          **{f"model_args.{k}": v for k, v in args.items()}}
         return model.to(cfg.device), args, None
+    start = time.perf_counter()
     trained = obtain_model(cfg, spec.model, spec.seed, splits, protocol, on_epoch=on_epoch)
+    result.train_seconds = 0.0 if trained.cached else time.perf_counter() - start
     val, floor = 100.0 * trained.meta["best_val_accuracy"], protocol.min_validation_score(splits.spec)
     if val < floor:
         log.warning(

@@ -92,6 +92,7 @@ class UnitResult:
     figures: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    train_seconds: float = 0.0  # of `seconds`, training its checkpoint (0: from the cache, or nothing to train)
     host: str = ""
     rerun_helps: bool = False
     machine: dict[str, str] = field(default_factory=dict)  # the machine.* tags of the host that ran it

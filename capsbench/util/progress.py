@@ -48,13 +48,14 @@ def shown(on: bool) -> Iterator[None]:
     global _quiet, _bars
     before = _quiet, _bars
     _quiet, _bars = not on, on
-    plain = on and "ipykernel" not in sys.modules and not sys.stderr.isatty() and not logging.getLogger().handlers
+    plain = on and "ipykernel" not in sys.modules and not sys.stderr.isatty()
     handler = logging.StreamHandler(sys.stderr) if plain else None
-    level = log.level
-    if handler is not None:
+    level, propagate = log.level, log.propagate
+    if handler is not None:  # the lines go to stderr once, whatever logging the caller set up
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
+        log.propagate = False
     try:
         yield
     finally:
@@ -62,6 +63,7 @@ def shown(on: bool) -> Iterator[None]:
         if handler is not None:
             log.removeHandler(handler)
             log.setLevel(level)
+            log.propagate = propagate
 
 
 @contextlib.contextmanager

@@ -1,0 +1,55 @@
+"""--dry-run prices a plan for its device before anything runs, and the one cost model behind it: a unit's declared
+work over the device's measured rates, with what this machine measured over the shipped table."""
+
+from __future__ import annotations
+
+import json
+
+from composing import compose
+
+from capsbench.run.cost_model import Work, observe, price, rates
+from capsbench.run.plan import plan
+from capsbench.run.units import UnitResult
+
+
+def test_a_dry_run_of_a_cuda_plan_on_a_machine_without_one_prints_gpu_minutes_and_writes_nothing(
+        tmp_path, cli_probe, mnist_root):
+    out = tmp_path / "out"
+    probe = cli_probe(["run", "suite=claims", "budget=paper", "device=cuda", f"data.root={mnist_root}",
+                       "data.download=false", f"output_dir={out}", "claims=[circulated-pgd-capsnet]", "--dry-run",
+                       "--gpu", "H200", "--format", "json"], cwd=tmp_path)
+    assert probe.code == 0, probe.stderr
+    described = json.loads(probe.stdout)
+    assert described["device"] == "NVIDIA H200" and 1 < described["minutes"] < 120
+    assert described["sections"][0]["to_train"] == 6 and "circulated-pgd-capsnet" in " ".join(described["notes"])
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_gpu_without_dry_run_is_refused(tmp_path, cli_probe):
+    probe = cli_probe(["run", "suite=accuracy", "--gpu", "H100"], cwd=tmp_path)
+    assert probe.code == 2 and "--gpu names the GPU a --dry-run prices" in probe.stderr
+
+
+def test_price_is_work_over_rate_and_says_what_it_guessed(tmp_path):
+    cfg = compose(["suite=robustness", f"output_dir={tmp_path}", "device=cpu"])
+    units = plan(cfg)
+    work = {u.key: Work(train=3670.0 * 60 if u.model == "capsnet" else 0.0, measure=13500.0 * 60) for u in units}
+    table = {"cpu2": {"label": "2 cores", "train": {"quick": {"capsnet": 3670}},
+                      "measure": {"robustness/quick": {"capsnet": 13500, "cnn_sabour": 27000}}}}
+    estimate = price(units, work, "cpu2", table)
+    assert estimate.minutes == 1 + 1 + 0.5 + 1  # capsnet 1 + 1 min; cnn_sabour 0.5; cnn_9x9 as the slowest, 1
+    assert "cnn_9x9 priced as capsnet" in estimate.why and estimate.device == "2 cores"
+    assert price(units, work, "cpu8", table).why.startswith("cpu8 priced with cpu2's rates")
+    assert price(units, work, "cpu2", {"cpu2": {"label": "x"}}).minutes is None
+
+
+def test_a_finished_unit_adds_its_rates_to_this_machines_table(tmp_path):
+    cfg = compose(["suite=robustness", f"output_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}", "device=cpu"])
+    unit = plan(cfg)[0]
+    done = UnitResult(key=unit.key, spec=unit, status="done", seconds=100.0, train_seconds=40.0)
+    observe(done, Work(train=400_000.0, measure=6_000_000.0), "cpu2", str(tmp_path / "cache"))
+    table = rates(str(tmp_path / "cache"))
+    assert table["cpu2"]["train"]["quick"]["capsnet"] == 10_000 and table["cpu2"]["measure"]["robustness/quick"][
+        "capsnet"] == 100_000
+    assert table["cpu2"]["train"]["quick"]["cnn_sabour"] == 2260  # the shipped rates of what it did not measure
+    assert "H200" in table
