@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
+from capsbench.suites import CATALOG
 from capsbench.util.uris import remote_address, sqlite_path
 
 TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time is taken as unreachable
@@ -23,7 +24,8 @@ TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time i
 
 def check_before_work(cfg: DictConfig) -> None:
     """Everything about the machine a `capsbench run` or `train` with this config needs (see module docstring)."""
-    check_data_files(cfg.dataset, cfg.data.root, download=cfg.data.download)
+    if CATALOG.get(cfg.suite).needs_data:
+        check_data_files(cfg.dataset, cfg.data.root, download=cfg.data.download)
     check_writable(cfg.output_dir, "output_dir")
     check_writable(cfg.cache_dir, "cache_dir")
     if cfg.tracking.enabled:

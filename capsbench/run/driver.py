@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import traceback
 from collections import defaultdict
@@ -341,7 +342,8 @@ def headline_metrics(records: list[dict[str, Any]], suite_cls: Any) -> dict[str,
         words = [str(row.get("attack") or row["metric"])]
         words += [f"{c} {row[c]:g}" if isinstance(row[c], float) else f"{c} {row[c]}"
                   for c in suite_cls.sweep_columns if c != "attack" and c in row]
-        out.setdefault(f"{row['model']}/{' '.join(words)}", []).append(row["value"])
+        name = re.sub(r"[^\w\-. :/]", "_", f"{row['model']}/{' '.join(words)}")  # what MLflow accepts in a name
+        out.setdefault(name, []).append(row["value"])
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 

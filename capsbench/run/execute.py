@@ -16,14 +16,14 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from capsbench.data import Splits, load_splits
+from capsbench.data import DATASETS, Splits, load_splits
 from capsbench.data.test_subset import DrawnSplits, with_test_subset
 from capsbench.models import create_model
 from capsbench.models.weights import state_sha256
 from capsbench.reporting.figures import save_figure
 from capsbench.run.external import WEIGHTS_COLUMN, ensure_registered
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
-from capsbench.suites import SUITES, Context, Suite
+from capsbench.suites import CATALOG, SUITES, Context, Suite
 from capsbench.tracking.environment import machine_tags
 from capsbench.train.external import external_model, load_external
 from capsbench.train.step import auto_threads
@@ -71,7 +71,7 @@ def execute(spec: UnitSpec, emit: Sink = _ignore) -> UnitResult:
     ensure_registered(spec.model, spec.config)  # an external model, in a worker process that does not know it yet
     cfg = _process_settings(spec)
     suite = SUITES.get(spec.suite)()
-    splits = load_data(cfg.dataset, cfg.data)
+    splits = load_data(cfg.dataset, cfg.data) if CATALOG.get(spec.suite).needs_data else no_images(cfg.dataset)
     protocol = suite.protocol(cfg)
     resources = _resources(suite, cfg, splits)
     result = UnitResult(key=spec.key, spec=spec, status="done", host=platform.node(), machine=machine_tags())
@@ -168,6 +168,14 @@ def load_data(dataset: str, data: DictConfig) -> Splits:
     """The dataset's splits for these data settings (data.*), the test split reduced to the drawn test subset
     (data.test_subset, test_subset_draw, test_subset_seed), loaded once per process for every unit that reads them."""
     return _splits(json.dumps({"dataset": dataset, **OmegaConf.to_container(data, resolve=True)}, sort_keys=True))
+
+
+def no_images(dataset: str) -> Splits:
+    """Empty splits of the dataset's shape, for a suite that measures models, not images (no file is read)."""
+    spec = DATASETS.get(dataset)
+    size = spec.train_crop or spec.image_size
+    x, y = torch.empty(0, spec.in_channels, size, size, dtype=torch.uint8), torch.empty(0, dtype=torch.int64)
+    return Splits(dataset, x, y, x, y, x, y, spec)
 
 
 @functools.lru_cache(maxsize=2)

@@ -26,6 +26,7 @@ class SuiteEntry:
     name: str
     target: str
     params: type = NoParams
+    needs_data: bool = True  # False: the suite measures models, not images (no dataset files are read)
 
     def __post_init__(self) -> None:
         split_target(self.target)
@@ -46,7 +47,7 @@ CATALOG: Registry[SuiteEntry] = Registry("suite")
 for _entry in (
     SuiteEntry("accuracy", "capsbench.suites.accuracy:AccuracySuite"),
     SuiteEntry("affine", "capsbench.suites.affine:AffineSuite", AffineParams),
-    SuiteEntry("efficiency", "capsbench.suites.efficiency:EfficiencySuite", EfficiencyParams),
+    SuiteEntry("efficiency", "capsbench.suites.efficiency:EfficiencySuite", EfficiencyParams, needs_data=False),
     SuiteEntry("overlap", "capsbench.suites.overlap:OverlapSuite", OverlapParams),
     SuiteEntry("robustness", "capsbench.suites.robustness.suite:RobustnessSuite", RobustnessParams),
     SuiteEntry("routing", "capsbench.suites.routing:RoutingSuite", RoutingParams),
