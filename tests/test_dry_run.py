@@ -46,6 +46,7 @@ def test_price_is_work_over_rate_and_says_what_it_guessed(tmp_path):
 def test_a_finished_unit_adds_its_rates_to_this_machines_table(tmp_path):
     cfg = compose(["suite=robustness", f"output_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}", "device=cpu"])
     unit = plan(cfg)[0]
+    (tmp_path / "cache").mkdir()
     done = UnitResult(key=unit.key, spec=unit, status="done", seconds=100.0, train_seconds=40.0)
     observe(done, Work(train=400_000.0, measure=6_000_000.0), "cpu2", str(tmp_path / "cache"))
     table = rates(str(tmp_path / "cache"))

@@ -159,10 +159,10 @@ def _rate(models: dict[str, float], model: str) -> tuple[float | None, str]:
 
 # --- what a run measures ------------------------------------------------------------------------------------------
 def observe(result: UnitResult, work: Work, device: str, cache_dir: str | None) -> None:
-    """Add the rates a finished unit showed to <cache_dir>/rates.json: its training (when it trained) and its
-    measuring, per model at its budget, on `device`."""
-    if cache_dir is None or result.status != "done" or result.seconds <= 0:
-        return
+    """Add the rates a finished unit showed to <cache_dir>/rates.json (when the cache exists): its training (when it
+    trained) and its measuring, per model at its budget, on `device`."""
+    if cache_dir is None or not Path(cache_dir).is_dir() or result.status != "done" or result.seconds <= 0:
+        return  # a run that cached nothing leaves no folder behind for its rates
     budget, seen = result.spec.config["budget"], {}
     measuring = result.seconds - result.train_seconds
     if result.train_seconds > 0 and work.train > 0:
