@@ -281,3 +281,15 @@ def test_default_settings_give_the_local_numbers_on_ray_and_stream_its_units(tmp
         assert [m.step for m in curve] == [1, 2] and curve[-1].timestamp < unit.info.end_time
         assert unit.info.start_time <= curve[0].timestamp
 
+
+
+@pytest.mark.parametrize("settings, words", [
+    (["launcher=slurm", "slurm.cluster=local"], "would start 16 unit processes on this machine's GPU"),
+    (["launcher=ray", "ray.gpus_per_unit=0.5"], "ray.gpus_per_unit=0.5 lets several tasks onto one GPU"),
+])
+def test_a_cuda_run_never_starts_several_unit_processes_on_one_gpu(settings, words):
+    """Processes time-slice a GPU: 13 unit processes on one H200 ran more than 10x slower than one process."""
+    with pytest.raises(CapsbenchError, match=words):
+        compose(["suite=accuracy", "device=cuda", *settings], resolve_device=False)
+    compose(["suite=accuracy", "device=cuda", *settings, "slurm.array_parallelism=1", "ray.gpus_per_unit=1"],
+            resolve_device=False)  # one process per GPU: allowed

@@ -243,7 +243,28 @@ def check_launch(cfg: DictConfig) -> None:
         raise CapsbenchError(
             f"slurm.cluster must be slurm or local (local processes, for tests), got {cfg.slurm.cluster!r}"
         )
+    check_one_process_per_gpu(cfg)
     require_extra(cfg.launcher)  # before anything is written, not after the MLflow runs have started
+
+
+# Measured on one H200: the quick CapsNet unit takes 40 s alone in one process; 13 unit processes on the GPU finished
+# nothing in 470 s (processes without MPS time-slice the device). docs/launchers.md says so.
+SHARED_GPU = ("processes time-slice one GPU (13 unit processes on an H200 ran more than 10x slower than one): use "
+              "launcher=local, which runs the units one after another in one process")
+
+
+def check_one_process_per_gpu(cfg: DictConfig) -> None:
+    """A CUDA run never starts several unit processes on one GPU: slurm.cluster=local runs its jobs as processes of
+    this machine, and Ray tasks that reserve less than a whole GPU share one."""
+    if not str(cfg.device).startswith("cuda"):
+        return
+    if cfg.launcher == "slurm" and cfg.slurm.cluster == "local" and cfg.slurm.array_parallelism > 1:
+        raise CapsbenchError(f"launcher=slurm slurm.cluster=local with device=cuda would start "
+                             f"{cfg.slurm.array_parallelism} unit processes on this machine's GPU(s): {SHARED_GPU} "
+                             "(or slurm.array_parallelism=1)")
+    if cfg.launcher == "ray" and cfg.ray.gpus_per_unit < 1:
+        raise CapsbenchError(f"launcher=ray with device=cuda and ray.gpus_per_unit={cfg.ray.gpus_per_unit:g} lets "
+                             f"several tasks onto one GPU: {SHARED_GPU}, or set ray.gpus_per_unit=1")
 
 
 def _cuda_index(device: str) -> bool:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from platformdirs import user_cache_dir
 
-from capsbench.config.checks import check_train_precision, validate
+from capsbench.config.checks import check_one_process_per_gpu, check_train_precision, validate
 from capsbench.config.external import check_external, register_external
 from capsbench.config.per_model import model_trains
 from capsbench.config.request import Request
@@ -129,6 +129,7 @@ def settle_device(cfg: DictConfig) -> None:
     """Resolve device=auto to cuda or cpu and check device=cuda and bf16 against it: the one step of composing that
     imports torch, so the CLI runs it after every torch-free check (compose(..., resolve_device=False))."""
     _resolve_device(cfg)  # bf16 was let through for device=auto: check it again, now that auto is cuda or cpu
+    check_one_process_per_gpu(cfg)  # likewise the launchers: auto may have become cuda
     for name, train in [("train", cfg.train), *((f"model_train.{n}", t) for n, t in model_trains(cfg).items())]:
         check_train_precision(train, cfg.device, name)
     for key in ("precision", "attack_precision"):
