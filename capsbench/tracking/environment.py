@@ -31,14 +31,16 @@ def environment_tags(device: str) -> dict[str, str]:
 
 
 def machine_tags() -> dict[str, str]:
-    """The machine a number was measured on: CPU model and logical CPUs, and every CUDA GPU (CPU summation order and
-    kernels differ between machines, so a result is reproducible per machine, not across them)."""
+    """The machine a number was measured on: CPU model, logical CPUs, the vector instructions torch's CPU kernels use
+    (AVX2, AVX512, ...: oneDNN and MKL pick their code paths, and so their rounding, by it), and every CUDA GPU. CPU
+    summation order and kernels differ between machines, so a trained model is reproducible per machine, not across
+    them (docs/outputs.md)."""
     import torch
 
     cuda = torch.cuda.is_available()
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
     return {"machine.cpu": cpu_model(), "machine.cpus": str(os.cpu_count() or "unknown"),
-            "machine.gpus": ", ".join(gpus) or "none"}
+            "machine.cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine.gpus": ", ".join(gpus) or "none"}
 
 
 def cpu_model() -> str:
