@@ -1,6 +1,7 @@
 """Robustness suite: sanity checks on hand-made records, a gradient-masked toy model that must trip them,
 the notes in the table, and `suite=robustness budget=smoke` end to end on real MNIST."""
 
+import contextlib
 import csv
 from pathlib import Path
 
@@ -334,3 +335,26 @@ def test_robustness_reuses_the_accuracy_suites_checkpoints(tmp_path, budget):
         cfg = compose([f"suite={suite}", f"budget={budget}", f"output_dir={tmp_path}"])
         identities.append([training_identity(cfg, m, 0, splits, SUITES.get(suite)().protocol(cfg)) for m in cfg.models])
     assert identities[0] == identities[1]
+
+
+@pytest.mark.parametrize("name", ["capsnet", "effcapsnet"])
+def test_no_attack_forward_runs_the_reconstruction_decoder_and_the_records_are_unchanged(name, monkeypatch):
+    """The decoder is read by no attack's loss or decision: attacks run without it (0 decoder calls), and every
+    record is what the same attacks give with the decoder attached."""
+    import capsbench.suites.robustness.suite as suite_module
+
+    torch.manual_seed(0)
+    model = create_model(name, **tiny_args(name)).eval()
+    calls = []
+    model.decoder.register_forward_hook(lambda *_: calls.append(1))
+    fast = measure(model, pgd_steps=3, apgd_steps=3, square_queries=20)
+    assert calls == [] and model.decoder is not None  # detached while attacking, attached again after
+    monkeypatch.setattr(suite_module, "without_unused_heads", lambda m: contextlib.nullcontext())
+    slow = measure(model, pgd_steps=3, apgd_steps=3, square_queries=20)
+    assert calls  # the decoder ran this time
+
+    def kept(records):
+        return sorted((r["metric"], str(r.get("attack")), str(r.get("eps")), str(r.get("check")), r.get("outcomes"),
+                       r["value"]) for r in records if r["metric"] != "attack_throughput")
+
+    assert kept(fast) == kept(slow)

@@ -3,8 +3,9 @@ image and eps whether the model's own decision was flipped (and the adversarial 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -94,3 +95,20 @@ def start_noise(
         gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
         out[row] = torch.rand(shape, generator=gen).mul_(2.0).sub_(1.0)
     return out.to(device)
+
+
+UNUSED_HEADS = ("decoder",)  # submodules no attack's loss or decision reads (the reconstruction decoder)
+
+
+@contextlib.contextmanager
+def without_unused_heads(model: Classifier) -> Iterator[None]:
+    """While the block runs, the model's reconstruction decoder is detached (its forward returns no reconstruction):
+    no attack reads it, so attack forwards skip its cost and the decisions are unchanged. Restored afterwards."""
+    held = {name: getattr(model, name) for name in UNUSED_HEADS if getattr(model, name, None) is not None}
+    for name in held:
+        setattr(model, name, None)
+    try:
+        yield
+    finally:
+        for name, module in held.items():
+            setattr(model, name, module)

@@ -40,7 +40,8 @@ def machine_tags() -> dict[str, str]:
     cuda = torch.cuda.is_available()
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
     return {"machine.cpu": cpu_model(), "machine.cpus": str(os.cpu_count() or "unknown"),
-            "machine.cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine.gpus": ", ".join(gpus) or "none"}
+            "machine.cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine.gpus": ", ".join(gpus) or "none"}
 
 
 def cpu_model() -> str:

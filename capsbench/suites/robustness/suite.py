@@ -16,6 +16,7 @@ import torch
 from matplotlib.figure import Figure
 
 from capsbench.attacks import ATTACKS, CATALOG, WORST_CASE, AttackSettings, worst_case_broken
+from capsbench.attacks.base import AttackResult, without_unused_heads
 from capsbench.attacks.detector import Detector
 from capsbench.attacks.pgd import PGD
 from capsbench.data import DATASETS, as_images, batches
@@ -207,7 +208,8 @@ class RobustnessSuite(Suite):
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, x, y = ctx.params, ctx.splits.test_x, ctx.splits.test_y
         grid, bb = ctx.resources.eps, ctx.resources.blackbox
-        clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
+        with without_unused_heads(ctx.model):  # the decision reads no reconstruction
+            clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
         n_attacks = len(_order(p))
         credit = _Credit(len(y), attack_passes(p, len(grid), ctx.splits.spec.num_classes))
@@ -384,11 +386,16 @@ class _AttackRun:
 
     def applies(self, name: str) -> bool:
         """Whether attack `name` is defined for this model (else its records say why it did not run)."""
-        return ATTACKS.get(name).applies_to(self.ctx.model, self.sample) is None
+        return self.why_not(name) is None
+
+    def why_not(self, name: str) -> str | None:
+        """Why attack `name` does not apply to this model (None: it does), probed without the decoder."""
+        with without_unused_heads(self.ctx.model):
+            return ATTACKS.get(name).applies_to(self.ctx.model, self.sample)
 
     def standalone(self, name: str, eps_values: list[float]) -> list[dict[str, Any]]:
         """Run `name` on every image classified correctly clean; robust-accuracy records per eps (or a skip record)."""
-        reason = ATTACKS.get(name).applies_to(self.ctx.model, self.sample)
+        reason = self.why_not(name)
         if reason is not None:
             return [{"metric": "attack_skipped", "value": 1.0, "attack": name, "reason": reason}]
         self.alone.append(name)
@@ -407,7 +414,7 @@ class _AttackRun:
         """Run `name` at each eps (ascending) only on the images every attack so far, at this and smaller eps, left
         robust: it can only lower the worst case, so nothing else needs attacking. Its records: per eps, the images
         it broke that were robust before it (marginal breaks)."""
-        reason = ATTACKS.get(name).applies_to(self.ctx.model, self.sample)
+        reason = self.why_not(name)
         if reason is not None:
             return [{"metric": "attack_skipped", "value": 1.0, "attack": name, "reason": reason}]
         positive = sorted(e for e in eps_values if e > 0)
@@ -431,9 +438,7 @@ class _AttackRun:
         images, y = as_images(self.ctx.splits.test_x[ids], self.ctx.device), self.ctx.splits.test_y[ids]
         start = time.perf_counter()
         result = (
-            ATTACKS.get(name).run(self.ctx.model, images, y.to(self.ctx.device), ids, eps_values, self.settings)
-            if len(ids)
-            else None
+            self._run(name, images, y.to(self.ctx.device), ids, eps_values) if len(ids) else None
         )
         self.seconds[name] += time.perf_counter() - start
         self.rows[name] += len(ids) * sum(e > 0 for e in eps_values)
@@ -454,6 +459,17 @@ class _AttackRun:
                     )
                 _merge(self.flagged, name, eps, flags & mask)  # flagged where it broke the image
         return out
+
+
+    def _run(self, name: str, images: torch.Tensor, y: torch.Tensor, ids: torch.Tensor,
+             eps_values: list[float]) -> AttackResult:
+        """One attack on the model; every attack but the detection-aware one, which reads the reconstruction, runs
+        without the reconstruction decoder (no attack's decision reads it)."""
+        attack = ATTACKS.get(name)
+        if CATALOG.get(name).defended:
+            return attack.run(self.ctx.model, images, y, ids, eps_values, self.settings)
+        with without_unused_heads(self.ctx.model):
+            return attack.run(self.ctx.model, images, y, ids, eps_values, self.settings)
 
 
 def _merge(store: dict[str, dict[float, torch.Tensor]], name: str, eps: float, mask: torch.Tensor) -> None:
