@@ -377,3 +377,33 @@ def test_the_settings_check_finds_a_typo():
     assert unknown_settings("`capsbench run suite=robustness output_dri=x params.apgd_step=3 seeds=[0]`") == [
         "capsbench run ... output_dri=", "capsbench run ... params.apgd_step="]
     assert unknown_settings("`capsbench report latex.eps=[0.1] claims=true`") == []
+
+
+def results_index() -> dict[str, str]:
+    """results/README.md's table: each file it names (first column) -> the row."""
+    rows = {}
+    for line in (ROOT / "results" / "README.md").read_text().splitlines():
+        if line.startswith("| `"):
+            first = line.split("|")[1]
+            for name in re.findall(r"`([^`]+)`", first):
+                rows[name] = line
+    return rows
+
+
+def test_the_results_index_lists_every_committed_result_and_nothing_else():
+    index = results_index()
+    files = {p.name for p in (ROOT / "results").iterdir() if p.is_file() and p.name != "README.md"}
+    assert sorted(files - set(index)) == [], "results/README.md must list every committed result file"
+    assert sorted(set(index) - files) == [], "results/README.md names files that are not in results/"
+
+
+def test_each_result_states_its_command_and_the_index_quotes_it():
+    """A results file says how it was made (a `capsbench` or `benchmarks/` command in code); the index row quotes
+    one command the file itself holds, so that the two cannot drift apart."""
+    for name, row in results_index().items():
+        if not name.endswith(".md"):
+            continue
+        text = (ROOT / "results" / name).read_text()
+        commands = [c for c in re.findall(r"`([^`]+)`", row.split("|")[2]) if "capsbench" in c or "benchmarks/" in c]
+        assert commands, f"results/README.md row of {name} quotes no command"
+        assert any(c in text for c in commands), f"{name} does not hold the command its index row quotes: {commands}"

@@ -10,6 +10,7 @@ import pytest
 import torch
 from composing import compose
 from conftest import make_splits
+from omegaconf import OmegaConf
 from test_models import tiny_args
 from torch import nn
 from typer.testing import CliRunner
@@ -358,3 +359,20 @@ def test_no_attack_forward_runs_the_reconstruction_decoder_and_the_records_are_u
                        r["value"]) for r in records if r["metric"] != "attack_throughput")
 
     assert kept(fast) == kept(slow)
+
+
+def test_long_apgd_steps_apply_from_their_eps_and_are_stated():
+    """params.long_apgd_steps: APGD's passes at eps >= long_eps get the longer schedule (where a short one leaves the
+    CNNs' last images to an independent 100-step attack), declared in the work and stated in the budget line."""
+    from capsbench.suites.robustness.suite import attack_passes, budget_lines, settings, settings_at
+
+    short = RobustnessParams(apgd_steps=25)
+    long = RobustnessParams(apgd_steps=25, long_apgd_steps=100, long_eps=0.15)
+    base = settings(long, 10)
+    assert settings_at(long, base, 0.1).apgd_steps == 25 and settings_at(long, base, 0.15).apgd_steps == 100
+    grid = [0.0, 0.1, 0.15, 0.2]
+    more, fewer = attack_passes(long, grid, 10), attack_passes(short, grid, 10)
+    assert more["apgd"] == fewer["apgd"] + 2 * 75 * 2 and more["fgsm"] == fewer["fgsm"]
+    records = [{"model": "m", "dataset": "mnist", "metric": "robust_accuracy", "attack": "apgd"}]
+    (line,) = budget_lines(records, OmegaConf.structured(long))
+    assert "25 steps" in line and "100 steps at eps >= 0.15" in line

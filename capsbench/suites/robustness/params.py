@@ -27,6 +27,8 @@ class RobustnessParams:
     pgd_restarts: int = 1
     pgd_targets: int | None = None  # pgd_adaptive's multi-targeted pass: the likeliest classes tried; null: all others
     apgd_steps: int = 100  # iterations of every APGD pass (apgd, apgd_targeted)
+    long_apgd_steps: int | None = None  # APGD passes at eps >= long_eps run this many (null: apgd_steps at every eps)
+    long_eps: float = 0.15  # where the few images left robust get long_apgd_steps
     apgd_restarts: int = 1  # random starts of apgd
     apgd_targets: int | None = None  # apgd_targeted: the likeliest other classes tried; null: all others
     attack_precision: str = "fp32"  # bf16: gradient attacks under bf16 autocast, breaks confirmed in fp32 (opt-in)
@@ -81,6 +83,9 @@ class RobustnessParams:
         counts = ("pgd_steps", "pgd_restarts", "apgd_steps", "apgd_restarts", "batch_size", "square_queries")
         if any(p[key] < 1 for key in counts):
             raise CapsbenchError(f"params.{', '.join(counts)} must be >= 1")
+        if p.long_apgd_steps is not None and p.long_apgd_steps < 1:
+            raise CapsbenchError(f"params.long_apgd_steps must be >= 1, or null for apgd_steps at every eps; got "
+                                 f"{p.long_apgd_steps}")
         check_device_precision(p.attack_precision, cfg.device, "params.attack_precision")
         for key in ("pgd_targets", "apgd_targets"):
             if p[key] is not None and p[key] < 0:

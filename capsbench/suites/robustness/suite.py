@@ -63,6 +63,17 @@ ATTACKS_SHOWN = Group(
 EPS_COLUMNS = SweepColumns("robust_accuracy", "eps", "robust accuracy ({unit}) at eps", drop=(0.0,))  # eps 0 = clean
 
 
+APGD_PASSES = ("apgd", "apgd_targeted")  # the attacks whose steps are apgd_steps (long_apgd_steps at large eps)
+
+
+def settings_at(params: Any, base: AttackSettings, eps: float) -> AttackSettings:
+    """The attack settings at `eps`: APGD's passes run params.long_apgd_steps at eps >= params.long_eps, where the
+    few images left robust are the ones a short schedule leaves too early."""
+    if params.long_apgd_steps is None or eps < params.long_eps:
+        return base
+    return replace(base, apgd_steps=params.long_apgd_steps)
+
+
 def settings(params: Any, num_classes: int) -> AttackSettings:
     """The attack settings of the suite's params for a dataset of `num_classes` classes."""
     return AttackSettings(
@@ -202,7 +213,7 @@ class RobustnessSuite(Suite):
         """Image passes of every attack at most (early exit stops sooner): a PGD-family attack costs a forward and a
         backward pass per step, restart and loss at each eps; a torchattacks attack one pass per query."""
         grid = eps_grid(cfg.params, cfg.dataset)
-        passes = attack_passes(cfg.params, len(grid.eps), DATASETS.get(cfg.dataset).num_classes)
+        passes = attack_passes(cfg.params, grid.eps, DATASETS.get(cfg.dataset).num_classes)
         return test_images(cfg) * (1 + sum(passes.values()))
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
@@ -212,7 +223,7 @@ class RobustnessSuite(Suite):
             clean_ok = predict(ctx.model, x, y, batch_size=p.batch_size, device=ctx.device) == y  # (N,)
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok.numpy())}]
         n_attacks = len(_order(p))
-        credit = _Credit(len(y), attack_passes(p, len(grid), ctx.splits.spec.num_classes))
+        credit = _Credit(len(y), attack_passes(p, grid, ctx.splits.spec.num_classes))
         with Progress(f"attacks {ctx.model_name} s{ctx.seed}", None, unit="row-step", count="row-steps") as bar:
             run = _AttackRun(ctx, clean_ok, replace(settings(p, ctx.splits.spec.num_classes),
                                                     progress=_follow(bar, credit)))
@@ -319,23 +330,27 @@ def budget_lines(records: list[dict[str, Any]], params: Any) -> list[str]:
         if dataset not in DATASETS:  # records made by hand (no class count to state the targets by)
             continue
         s = settings(params, DATASETS.get(dataset).num_classes)
-        got = [f"{a} ({ATTACKS.get(a).budget(s)})" for a in sorted(attacks, key=order.index)]
+        longer = (f"; {params.long_apgd_steps} steps at eps >= {params.long_eps:g}"
+                  if params.get("long_apgd_steps") is not None else "")
+        got = [f"{a} ({ATTACKS.get(a).budget(s)}{longer if a in APGD_PASSES else ''})"
+               for a in sorted(attacks, key=order.index)]
         lines.append(f"budget on {model} / {dataset}: " + "; ".join(got))
     return lines
 
 
-def attack_passes(params: Any, n_eps: int, num_classes: int) -> dict[str, float]:
-    """The declared image passes per test image of each attack of `params` over `n_eps` eps values: a PGD-family
-    attack a forward and a backward pass per step, restart and loss at each eps; a torchattacks attack one pass per
-    query (at each eps when white-box)."""
-    s = settings(params, num_classes)
+def attack_passes(params: Any, grid: list[float], num_classes: int) -> dict[str, float]:
+    """The declared image passes per test image of each attack of `params` over the eps values of `grid`: a PGD-family
+    attack a forward and a backward pass per step, restart and loss at each eps (at that eps's schedule); a
+    torchattacks attack one pass per query (at each eps when white-box)."""
+    base = settings(params, num_classes)
     out = {}
     for name in _order(params):
         attack = ATTACKS.get(name)
         if isinstance(attack, PGD):
-            out[name] = float(n_eps * 2 * (attack.steps(s) + 1) * attack.pass_count(s))
+            out[name] = float(sum(2 * (attack.steps(s) + 1) * attack.pass_count(s)
+                                  for s in (settings_at(params, base, e) for e in grid)))
         else:
-            out[name] = float(attack.queries(s) * (n_eps if CATALOG.get(name).white_box else 1))
+            out[name] = float(attack.queries(base) * (len(grid) if CATALOG.get(name).white_box else 1))
     return out
 
 
@@ -437,9 +452,16 @@ class _AttackRun:
         ids = candidates.nonzero().squeeze(1)  # (M,) test-set indices of the images to attack
         images, y = as_images(self.ctx.splits.test_x[ids], self.ctx.device), self.ctx.splits.test_y[ids]
         start = time.perf_counter()
-        result = (
-            self._run(name, images, y.to(self.ctx.device), ids, eps_values) if len(ids) else None
-        )
+        result = None
+        if len(ids):
+            result = AttackResult({}, {})
+            groups: dict[AttackSettings, list[float]] = defaultdict(list)  # eps values that share a schedule
+            for eps in eps_values:
+                groups[settings_at(self.ctx.params, self.settings, eps)].append(eps)
+            for schedule, values in groups.items():
+                part = self._run(name, images, y.to(self.ctx.device), ids, values, schedule)
+                result.broken.update(part.broken)
+                result.adversarial.update(part.adversarial)
         self.seconds[name] += time.perf_counter() - start
         self.rows[name] += len(ids) * sum(e > 0 for e in eps_values)
         out = {}
@@ -461,15 +483,15 @@ class _AttackRun:
         return out
 
 
-    def _run(self, name: str, images: torch.Tensor, y: torch.Tensor, ids: torch.Tensor,
-             eps_values: list[float]) -> AttackResult:
+    def _run(self, name: str, images: torch.Tensor, y: torch.Tensor, ids: torch.Tensor, eps_values: list[float],
+             schedule: AttackSettings) -> AttackResult:
         """One attack on the model; every attack but the detection-aware one, which reads the reconstruction, runs
         without the reconstruction decoder (no attack's decision reads it)."""
         attack = ATTACKS.get(name)
         if CATALOG.get(name).defended:
-            return attack.run(self.ctx.model, images, y, ids, eps_values, self.settings)
+            return attack.run(self.ctx.model, images, y, ids, eps_values, schedule)
         with without_unused_heads(self.ctx.model):
-            return attack.run(self.ctx.model, images, y, ids, eps_values, self.settings)
+            return attack.run(self.ctx.model, images, y, ids, eps_values, schedule)
 
 
 def _merge(store: dict[str, dict[float, torch.Tensor]], name: str, eps: float, mask: torch.Tensor) -> None:
