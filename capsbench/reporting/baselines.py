@@ -159,10 +159,15 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
             f"{path}: '{where}.metric' = {entry['metric']!r} is not a metric of suite "
             f"{entry['suite']!r}; expected one of: {', '.join(declared)}"
         )
-    for col in entry.get("sweep", {}):
+    check_sweep_columns(path, f"{where}.sweep", entry.get("sweep", {}), suite)
+
+
+def check_sweep_columns(path: Path, where: str, columns: Any, suite: Any) -> None:
+    """Every key of a sweep mapping (`where`) must be one of the suite's sweep columns."""
+    for col in columns:
         if col not in suite.sweep_columns:
             raise CapsbenchError(
-                f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "
+                f"{path}: '{where}.{col}' is not a sweep column of suite {suite.name!r}; "
                 f"expected one of: {', '.join(suite.sweep_columns) or '(none)'}"
             )
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
-from capsbench.reporting.baselines import NAME, baselines_dir, check_mapping, read_sourced_list
+from capsbench.reporting.baselines import NAME, baselines_dir, check_mapping, check_sweep_columns, read_sourced_list
 from capsbench.suites import SUITES
 
 KINDS = {  # kind -> (type of its value, what a run needs to meet it when the check does not say)
@@ -241,12 +241,9 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
                 f"{entry['suite']!r} with the direction of {entry['metric']!r}; expected one of: "
                 f"{', '.join(same)}"
             )
-    for col in [*entry.get("sweep", {}), *entry["better"].get("sweep", {}), *entry["worse"].get("sweep", {})]:
-        if col not in suite.sweep_columns:
-            raise CapsbenchError(
-                f"{path}: '{where}.sweep.{col}' is not a sweep column of suite {entry['suite']!r}; "
-                f"expected one of: {', '.join(suite.sweep_columns) or '(none)'}"
-            )
+    check_sweep_columns(path, f"{where}.sweep", entry.get("sweep", {}), suite)
+    for name in ("better", "worse"):
+        check_sweep_columns(path, f"{where}.{name}.sweep", entry[name].get("sweep", {}), suite)
 
 
 def _check_check_metrics(path: Path, where: str, suite_name: str, checks: tuple[Check, ...]) -> None:
@@ -259,11 +256,7 @@ def _check_check_metrics(path: Path, where: str, suite_name: str, checks: tuple[
             raise CapsbenchError(
                 f"{path}: '{where}.checks[{i}].metric' = {check.metric!r} is not a metric of suite {suite_name!r}"
             )
-        for col in check.sweep:
-            if col not in suite.sweep_columns:
-                raise CapsbenchError(
-                    f"{path}: '{where}.checks[{i}].sweep.{col}' is not a sweep column of suite {suite_name!r}"
-                )
+        check_sweep_columns(path, f"{where}.checks[{i}].sweep", check.sweep, suite)
 
 
 def parse_checks(path: Path, where: str, raw: Any, sides: dict[str, Side]) -> tuple[Check, ...]:

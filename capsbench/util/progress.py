@@ -36,11 +36,6 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-def is_quiet() -> bool:
-    """Whether progress output is off."""
-    return _quiet
-
-
 @contextlib.contextmanager
 def shown(on: bool) -> Iterator[None]:
     """While the block runs: progress when `on` (bars in a notebook, tqdm's widget; plain lines on stderr elsewhere,
