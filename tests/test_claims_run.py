@@ -227,3 +227,22 @@ def test_a_paper_budget_claim_of_a_suite_that_trains_nothing_is_judged_at_paper_
     (claim,) = p.claims
     (judged,) = p.plan.finish._judgements(claim, done)
     assert (judged.verdict, judged.budget, judged.seeds) == ("reproduced", "paper", 0), judged.reason
+
+
+def test_a_smoke_claims_plan_trains_the_smoke_budget_and_downloads_only_for_planned_claims(tmp_path: Path):
+    """At smoke nothing is judged, so no claim's training target applies (smoke models never reach 99.4 % and trained
+    to the 20-epoch cap); and the data listed for download are the planned claims' only (not CIFAR-10 for claims that
+    a budget check leaves out)."""
+    root = fake_root(tmp_path, "mnist")
+    common = ["budget=smoke", f"data.root={root}", "data.download=true", f"output_dir={tmp_path / 'out'}", "device=cpu"]
+    folder = tmp_path / "baselines"
+    (folder / "claims").mkdir(parents=True)
+    (folder / "claims" / "targeted.yaml").write_text(
+        "source: {id: t, citation: 'A. Author. Paper. 2020', arxiv: '2001.00001'}\nclaims:\n"
+        "  - {id: t-1, statement: s, where: Table 1, suite: accuracy, dataset: mnist, metric: test_accuracy,"
+        " better: {model: capsnet}, worse: {model: cnn_sabour}, train: {target_val_accuracy: 99.4, max_epochs: 20},"
+        " checks: [{what: w, at_least: 99.0}]}\n")
+    targeted = plan_claims(parse_command_line([*common, f"baselines_dir={folder}"]))
+    assert {u.config["train"].get("target_val_accuracy") for u in targeted.units["t-1"]} == {None}
+    p = plan_claims(parse_command_line(common))
+    assert p.downloads and all(cid in p.units for cid in p.downloads)

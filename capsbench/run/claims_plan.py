@@ -93,6 +93,8 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     fix_threads(base)
     runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download))
     needs = {c.id: claim_need(c, DATASETS.get(c.dataset).test_size) for c in runnable}
+    if base.budget == "smoke":  # smoke checks the pipeline and judges nothing: its own short training, not a target
+        needs = {cid: dataclasses.replace(need, train={}) for cid, need in needs.items()}
     unplanned = {c.id: needs[c.id].budget for c in runnable if _budget_unmet(c, needs[c.id], base.budget)}
     planned = [c for c in runnable if c.id not in unplanned]
     found, placed = _sections(planned, needs, base)
@@ -109,6 +111,7 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     estimates, everything = _estimates(planned, units, base, gpu)
     unplanned = {cid: _unmet_words(next(c for c in runnable if c.id == cid), budget, common, params, base, gpu)
                  for cid, budget in unplanned.items()}
+    downloads = {cid: lines for cid, lines in downloads.items() if cid in units}  # only what planned claims read
     claim_plan = ClaimPlan(Plan(base, sections), claims, units, lacking, downloads, needs, unplanned, estimates,
                            everything, bool(own.get("one_seed_verdicts")))
     claim_plan.plan.notes = _notes(claim_plan)
