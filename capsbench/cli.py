@@ -285,6 +285,9 @@ def _where(cfg: Any, result: Any) -> str:
         lines = [f"{result.suite}: no tables, no unit finished"]
     if result.missing:
         lines.append(f"  {len(result.missing)} unit(s) failed and are missing from the tables (listed below)")
+    if result.records and len(cfg.seeds) == 1:
+        lines.append("  one training seed: the tables compare these trained weights, not the architectures (nothing "
+                     "is bold); add seeds=[0,1,2] to the command to compare the models")
     if result.parent_run_id:
         uri = cfg.tracking.uri
         lines.append(f"  MLflow run {result.parent_run_id} in {uri}; browse: {browse_hint(uri, result.experiment_id)}")

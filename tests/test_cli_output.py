@@ -60,3 +60,16 @@ def test_report_prints_json(tracked_store, tmp_path):
     assert Path(report["report"]["latex"]).exists() and [s["suite"] for s in report["suites"]] == ["accuracy"]
     assert len(report["suites"][0]["runs"]) == 2 and "table-narrow.tex" in report["suites"][0]["files"]
     assert report["claims"] and {"id", "verdict", "statement"} <= set(report["claims"][0]) and report["skipped"] == {}
+
+
+def test_a_one_seed_run_says_what_one_seed_compares_and_how_to_compare_models(tmp_path, monkeypatch):
+    from capsbench.run import execute
+
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    args = ["run", "suite=accuracy", "models=[cnn_sabour]", f"output_dir={tmp_path}", *SMOKE]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "one training seed: the tables compare these trained weights, not the architectures" in result.stdout
+    assert "add seeds=[0,1,2] to the command" in result.stdout
+    seeds = CliRunner().invoke(app, [*args, "seeds=[0,1]"])
+    assert seeds.exit_code == 0 and "one training seed" not in seeds.stdout
