@@ -24,7 +24,7 @@ TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time i
 
 def check_before_work(cfg: DictConfig) -> None:
     """Everything about the machine a `capsbench run` or `train` with this config needs (see module docstring)."""
-    if CATALOG.get(cfg.suite).needs_data:
+    if cfg.suite is None or CATALOG.get(cfg.suite).needs_data:  # `capsbench train` names no suite: it reads data
         check_data_files(cfg.dataset, cfg.data.root, download=cfg.data.download)
     check_writable(cfg.output_dir, "output_dir")
     check_writable(cfg.cache_dir, "cache_dir")
