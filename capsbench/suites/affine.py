@@ -14,6 +14,7 @@ from capsbench.data.affine_augment import AugmentRanges
 from capsbench.data.affnist import load_affnist_test
 from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
+from capsbench.data.test_subset import draw_test_subset
 from capsbench.errors import CapsbenchError
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.layout import Column, Group, Layout, SweepColumns, SweepPlot, TableSpec
@@ -121,7 +122,8 @@ class AffineSuite(Suite):
             canvas=p.canvas,
             seed=p.generator_seed,
         )
-        made = cached_affnist_style(splits.test_x[:n], splits.test_y[:n], ranges, Path(cfg.cache_dir))
+        pick = _drawn(splits, n)  # a seeded, class-stratified draw of the test split, not its easier first half
+        made = cached_affnist_style(splits.test_x[pick], splits.test_y[pick], ranges, Path(cfg.cache_dir))
         log.info(
             "affNIST files not under %s/affNIST: using the generated affNIST-style set (sha256 %s)",
             cfg.data.root,
@@ -141,8 +143,9 @@ class AffineSuite(Suite):
                 "test_set": test.name,
             },
         ]
-        canvas = centre_on_canvas(split.test_x[: p.sweep_images], p.canvas)  # (N, 1, S, S) uint8
-        labels = split.test_y[: p.sweep_images]
+        pick = _drawn(split, p.sweep_images)
+        canvas = centre_on_canvas(split.test_x[pick], p.canvas)  # (N, 1, S, S) uint8
+        labels = split.test_y[pick]
         for transform in SWEEPS:
             for value in getattr(p, transform):
                 matrix, shift = sweep_transform(transform, value)
@@ -156,3 +159,10 @@ class AffineSuite(Suite):
                     }
                 )
         return records
+
+
+def _drawn(splits: Splits, n: int | None) -> torch.Tensor:
+    """Indices of n test images (None: all): the seeded, class-stratified draw of capsbench.data.test_subset (seed 0),
+    so a subset is a sample of the test split, not its first, cleaner images."""
+    labels = splits.test_y.numpy()
+    return torch.from_numpy(draw_test_subset(labels, len(labels) if n is None else n, seed=0).indices)

@@ -19,13 +19,13 @@ class NoParams:
 class AffineParams:
     canvas: int = 40  # side of the training / test canvas (affNIST: 40)
     real_affnist: bool = True  # use <data.root>/affNIST/test.mat or test_batches/*.mat when present
-    affnist_images: int | None = None  # first n images of the affNIST(-style) test set; None = all
+    affnist_images: int | None = None  # real affNIST: its first n; the generated set: a seeded, stratified n
     generator_seed: int = 0  # the generated affNIST-style set (used without the real files)
     max_rotation_deg: float = 20.0
     max_shear: float = 0.2
     min_scale: float = 0.8
     max_scale: float = 1.2
-    sweep_images: int | None = 1000  # first n MNIST test images for the sweeps; None = all
+    sweep_images: int | None = 1000  # a seeded, class-stratified draw of n MNIST test images for the sweeps; None = all
     rotation: list[float] = field(
         default_factory=lambda: [-90.0, -60.0, -45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0, 60.0, 90.0]
     )
