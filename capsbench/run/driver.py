@@ -29,7 +29,7 @@ from capsbench.reporting.baselines import load_baselines, matching
 from capsbench.reporting.headline import headline, headline_values, unit_headline
 from capsbench.reporting.model_card import write_model_cards
 from capsbench.reporting.outputs import SuiteOutput, write_suite
-from capsbench.run.cost_model import Credits, device_key, observe, plan_work
+from capsbench.run.cost_model import Credits, device_key, observe, plan_work, price, rates
 from capsbench.run.external import code_tags, weights_notes
 from capsbench.run.launchers import make_launcher
 from capsbench.run.model_trial import try_external_models
@@ -242,6 +242,10 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
     failures = 0
     work = plan_work(todo)
     credits = Credits(work, todo)
+    device = device_key(cfg.device)
+    estimate = price(todo, work, device, rates(cfg.cache_dir))
+    log.info("%d unit(s) to run: %s on %s by the cost model%s", len(todo), estimate.words(), estimate.device,
+             f" ({estimate.why})" if estimate.why else "")
     with Progress("units", sum(w.total for w in work.values()), unit="pass", leave=True) as bar:
         bar.note(f"0/{len(todo)} done")
 
@@ -250,7 +254,6 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
             if step := credits.event(event):
                 bar.update(step)
 
-        device = device_key(cfg.device)
         for n, result in enumerate(make_launcher(cfg).run(todo, on_event), 1):
             if result.status == "done":
                 store.save(result)
