@@ -120,13 +120,12 @@ def _exact(claim: Claim, better: Evidence, worse: Evidence, kept: dict[str, Any]
     wrong = [f"{side.model} counts {e.mean:.6g}, printed {side.published:g}"
              for side, e in ((claim.better, better), (claim.worse, worse))
              if side.published is not None and not printed_match(e.mean, side.published)]
-    lead = better.mean / worse.mean if claim.ratio is not None else better.mean - worse.mean
-    direction = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric).higher_is_better
+    higher = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric).higher_is_better
     if claim.ratio is not None:
-        factor = worse.mean / better.mean if not direction else better.mean / worse.mean
+        factor = better.mean / worse.mean if higher else worse.mean / better.mean
         holds, said = factor >= claim.ratio, f"a factor of {factor:.3g} against the claimed {claim.ratio:g}x"
     else:
-        holds = lead > 0 if direction else lead < 0
+        holds = better.mean > worse.mean if higher else better.mean < worse.mean
         said = f"{better.mean:.6g} against {worse.mean:.6g}"
     if not holds:
         wrong.append(f"the claimed relation does not hold: {said}")
@@ -257,12 +256,15 @@ RULE = (
     "claim that model A beats model B is then supported when A is better in the claimed direction (each metric's "
     "higher_is_better) in every training seed, a t-test on the per-seed differences gives p < "
     f"{ALPHA} and, where both were measured on the same test images, McNemar on the pooled per-image outcomes also "
-    f"gives p < {ALPHA}; refuted likewise the other way; not resolved otherwise. With one seed the verdict is at "
-    "most not resolved (one_seed_verdicts=true allows one, marked 'one seed'); seeds measured on one side only "
-    "are compared with Welch's t-test; exact counts such as parameters do not depend on the seed and their "
-    'difference is the verdict; a claimed factor ("10x slower") is tested on log values against the log of the '
-    "factor. Undertrained models are never judged; a model measured with other arguments or settings than the "
-    "claim names has no records for it. The budget and the seeds stand in every verdict."
+    f"gives p < {ALPHA}; refuted likewise the other way; not resolved otherwise. A claim that two models are alike "
+    "(as good as; no better than) states a margin and is supported where one-sided tests over the seeds and on the "
+    "pooled images put the difference inside it, refuted where a difference beyond it holds in every seed. With one "
+    "seed the verdict is at most not resolved (one_seed_verdicts=true allows one, marked 'one seed'); seeds measured "
+    "on one side only are compared with Welch's t-test; exact counts such as parameters do not depend on the seed "
+    "and are reproduced (as printed, with the claimed relation holding) or differ; a cost claim is judged per device "
+    'it was measured on; a claimed factor ("10x slower") is tested on log values against the log of the factor. '
+    "Undertrained models are never judged; a model measured with other arguments or settings than the claim names "
+    "has no records for it. The budget and the seeds stand in every verdict."
 )
 
 
