@@ -36,15 +36,6 @@ class SubsetDraw:
         """The record columns that name these images."""
         return {"test_draw": self.draw, "test_subset_seed": self.seed, "test_subset_sha256": self.sha256}
 
-    def describe(self) -> str:
-        """'a class-stratified random 1,000 of the 10,000 test images (seed 0, indices 3f2a...)' and the like."""
-        n = len(self.indices)
-        if self.draw == "head":
-            return f"the first {n:,} of the {self.of:,} test images (indices {self.sha256})"
-        return (f"a class-stratified random {n:,} of the {self.of:,} test images "
-                f"(seed {self.seed}, indices {self.sha256})")
-
-
 def draw_test_subset(labels: np.ndarray, n: int, *, draw: str = "stratified", seed: int = 0) -> SubsetDraw:
     """`n` of the test images with these labels (`n` >= the split: all of them, in order).
 
