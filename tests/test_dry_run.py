@@ -54,3 +54,18 @@ def test_a_finished_unit_adds_its_rates_to_this_machines_table(tmp_path):
         "capsnet"] == 100_000
     assert table["cpu2"]["train"]["quick"]["cnn_sabour"] == 2260  # the shipped rates of what it did not measure
     assert "H200" in table
+
+
+def test_the_units_bar_counts_priced_seconds_and_credits_measuring_in_them(tmp_path):
+    from capsbench.run.cost_model import Credits, priced_work
+    from capsbench.run.units import UnitEvent
+
+    cfg = compose(["suite=robustness", f"output_dir={tmp_path}", "device=cpu"])
+    units = plan(cfg)
+    work = {u.key: Work(train=0.0, measure=13500.0 * 60) for u in units}
+    table = {"cpu2": {"measure": {"robustness/quick": {"capsnet": 13500, "cnn_sabour": 27000}}}}
+    seconds = priced_work(units, work, "cpu2", table)
+    assert [seconds[u.key].measure for u in units] == [60.0, 30.0, 60.0]  # cnn_9x9 at the slowest measured rate
+    credits = Credits(seconds, units, declared=work)
+    half = UnitEvent(units[1].key, "measured", {"passes": 13500.0 * 30})
+    assert credits.event(half) == 15.0  # half of cnn_sabour's declared passes: half its 30 priced seconds

@@ -121,24 +121,36 @@ def rates(cache_dir: str | None) -> dict[str, Any]:
 def price(units: list[UnitSpec], work: dict[str, Work], device: str, table: dict[str, Any]) -> Estimate:
     """The minutes of `units` (their `work`) on `device` (a key of `table`); a device the table lacks is priced as
     its nearest kind (another GPU, or 2 CPU cores), said in `why`."""
-    known = device if device in table else _nearest(device, table)
-    notes = [] if known == device else [f"{device} priced with {known}'s rates"]
-    rates_of, total, missing = table[known], 0.0, []
-    for unit in units:
-        w, budget = work[unit.key], unit.config["budget"]
-        for kind, passes, where in (("train", w.train, budget), ("measure", w.measure, f"{unit.suite}/{budget}")):
-            if passes <= 0:
-                continue
-            rate, note = _rate(rates_of.get(kind, {}).get(where, {}), unit.model)
-            if rate is None:
-                missing.append(f"no {kind} rate for {unit.model} ({where}) on {known}")
-                continue
-            total += passes / rate
-            notes += [note] if note else []
-    label = rates_of.get("label", known)
+    seconds, notes, missing, label = _priced(units, work, device, table)
     if missing:
         return Estimate(None, "; ".join(dict.fromkeys(missing)), label)
-    return Estimate(total / 60.0, "; ".join(dict.fromkeys(notes)), label)
+    return Estimate(sum(w.total for w in seconds.values()) / 60.0, "; ".join(dict.fromkeys(notes)), label)
+
+
+def priced_work(units: list[UnitSpec], work: dict[str, Work], device: str, table: dict[str, Any]) -> dict[str, Work]:
+    """Each unit's work in seconds on `device` (training and measuring priced by their rates; a part with no rate
+    at its declared passes over the device's slowest measuring rate): what the units' progress bar counts, so its
+    first time left is the cost model's and later ones follow the rate measured."""
+    return _priced(units, work, device, table)[0]
+
+
+def _priced(units: list[UnitSpec], work: dict[str, Work], device: str,
+            table: dict[str, Any]) -> tuple[dict[str, Work], list[str], list[str], str]:
+    known = device if device in table else _nearest(device, table)
+    notes = [] if known == device else [f"{device} priced with {known}'s rates"]
+    rates_of, missing, out = table[known], [], {}
+    fallback = min((r for models in rates_of.get("measure", {}).values() for r in models.values()), default=1000.0)
+    for unit in units:
+        w, budget, parts = work[unit.key], unit.config["budget"], {}
+        for kind, passes, where in (("train", w.train, budget), ("measure", w.measure, f"{unit.suite}/{budget}")):
+            rate, note = _rate(rates_of.get(kind, {}).get(where, {}), unit.model) if passes > 0 else (1.0, "")
+            if rate is None:
+                missing.append(f"no {kind} rate for {unit.model} ({where}) on {known}")
+                rate = fallback
+            parts[kind] = passes / rate
+            notes += [note] if note else []
+        out[unit.key] = Work(parts["train"], parts["measure"])
+    return out, notes, missing, rates_of.get("label", known)
 
 
 def _nearest(device: str, table: dict[str, Any]) -> str:
@@ -193,10 +205,13 @@ def _observed(cache_dir: str | None) -> dict[str, Any]:
 # --- progress ------------------------------------------------------------------------------------------------------
 class Credits:
     """The work of each unit credited as it happens: its training's share per epoch, its measuring as the unit reports
-    it ("measured" events: passes so far), and whatever is left when it ends; never more than its declared work."""
+    it ("measured" events: passes so far, scaled to the units of `work`, e.g. priced seconds, by `declared`: the
+    unit's work in passes), and whatever is left when it ends; never more than its work."""
 
-    def __init__(self, work: dict[str, Work], units: list[UnitSpec]) -> None:
+    def __init__(self, work: dict[str, Work], units: list[UnitSpec], declared: dict[str, Work] | None = None) -> None:
         self.work = work
+        self.scale = {k: (w.measure / declared[k].measure if declared and declared[k].measure > 0 else 1.0)
+                      for k, w in work.items()}
         self.epochs = {u.key: int(u.config["train"]["epochs"]) for u in units}
         self.trained: dict[str, float] = {}
         self.measured: dict[str, float] = {}
@@ -210,7 +225,8 @@ class Credits:
             epochs = max(1, self.epochs[event.key])
             return self._credit(self.trained, event.key, w.train * min(int(event.data["epoch"]), epochs) / epochs)
         if event.kind == "measured":
-            return self._credit(self.measured, event.key, min(w.measure, float(event.data["passes"])))
+            passes = float(event.data["passes"]) * self.scale[event.key]
+            return self._credit(self.measured, event.key, min(w.measure, passes))
         return 0.0
 
     def finished(self, result: UnitResult) -> float:

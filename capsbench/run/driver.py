@@ -29,7 +29,7 @@ from capsbench.reporting.baselines import load_baselines, matching
 from capsbench.reporting.headline import headline, headline_values, unit_headline
 from capsbench.reporting.model_card import write_model_cards
 from capsbench.reporting.outputs import SuiteOutput, write_suite
-from capsbench.run.cost_model import Credits, device_key, observe, plan_work, price, rates
+from capsbench.run.cost_model import Credits, device_key, observe, plan_work, price, priced_work, rates
 from capsbench.run.external import code_tags, weights_notes
 from capsbench.run.launchers import make_launcher
 from capsbench.run.model_trial import try_external_models
@@ -237,16 +237,18 @@ class LiveUnits:
 def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[str, UnitResult],
             live: LiveUnits) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
-    weighs each unit by its declared work (capsbench.run.cost_model) and credits it as the unit reports it (each
-    training epoch, its measuring), so its time left is the work left at the rate measured so far."""
+    counts each unit's work in seconds as the cost model prices it on this device (capsbench.run.cost_model) and
+    credits it as the unit reports it (each training epoch, its measuring), so its first time left is the cost
+    model's and later ones the work left at the rate measured so far."""
     failures = 0
     work = plan_work(todo)
-    credits = Credits(work, todo)
-    device = device_key(cfg.device)
-    estimate = price(todo, work, device, rates(cfg.cache_dir))
+    device, table = device_key(cfg.device), rates(cfg.cache_dir)
+    seconds = priced_work(todo, work, device, table)
+    credits = Credits(seconds, todo, declared=work)
+    estimate = price(todo, work, device, table)
     log.info("%d unit(s) to run: %s on %s by the cost model%s", len(todo), estimate.words(), estimate.device,
              f" ({estimate.why})" if estimate.why else "")
-    with Progress("units", sum(w.total for w in work.values()), unit="pass", leave=True) as bar:
+    with Progress("units", sum(w.total for w in seconds.values()), unit="s", leave=True) as bar:
         bar.note(f"0/{len(todo)} done")
 
         def on_event(event: UnitEvent) -> None:
