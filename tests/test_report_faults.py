@@ -16,7 +16,7 @@ from report_fixtures import accuracy, robustness_default
 from typer.testing import CliRunner
 
 from capsbench.cli import app
-from capsbench.config.compose import to_dict
+from capsbench.config.compose import to_dict, to_yaml
 from capsbench.reporting.outputs import write_suite
 from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.suites import SUITES
@@ -37,7 +37,7 @@ def invocation(out: Path, seeds: list[int], *, code: str | None = CODE_A, commit
     tracker = Tracker(uri=uri, experiment="capsbench", artifact_root=out / "mlartifacts")
     tags = {"suite": suite, "budget": budget, "version.capsbench": __version__, "git.commit": commit,
             "git.dirty": str(dirty).lower(), **({"code.hash": code} if code else {})}
-    parent = tracker.start_parent(f"{suite}-{budget}", flatten(to_dict(cfg)), tags, "")
+    parent = tracker.start_parent(f"{suite}-{budget}", flatten(to_dict(cfg)), tags, to_yaml(cfg))
     fixed = accuracy() if suite == "accuracy" else robustness_default(("capsnet",))
     records = [r for r in fixed if r["seed"] in seeds and r["model"] != failing]
     for model in dict.fromkeys(r["model"] for r in fixed):

@@ -331,7 +331,7 @@ def budget_lines(records: list[dict[str, Any]], params: Any) -> list[str]:
             continue
         s = settings(params, DATASETS.get(dataset).num_classes)
         longer = (f"; {params.long_apgd_steps} steps at eps >= {params.long_eps:g}"
-                  if params.get("long_apgd_steps") is not None else "")
+                  if params.long_apgd_steps is not None else "")
         got = [f"{a} ({ATTACKS.get(a).budget(s)}{longer if a in APGD_PASSES else ''})"
                for a in sorted(attacks, key=order.index)]
         lines.append(f"budget on {model} / {dataset}: " + "; ".join(got))
