@@ -16,11 +16,8 @@ from typing import Any
 import yaml
 
 from capsbench.data import DATASETS
-from capsbench.run.execute import training_group
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES
-from capsbench.train.checkpoints import CheckpointCache
-from capsbench.train.trained import training_identity
 from capsbench.util.atomic import write_text
 from capsbench.util.hashing import content_key
 from capsbench.util.shipped import shipped_dir
@@ -55,6 +52,8 @@ def training_work(spec: UnitSpec) -> float:
 def plan_work(units: list[UnitSpec]) -> dict[str, Work]:
     """Declared work per unit key. Units that share a checkpoint (capsbench.run.execute.training_group) count its
     training once, on the first of them, and none when the checkpoint is in the cache already."""
+    from capsbench.run.execute import training_group  # loads torch: only when a plan is priced, never at CLI start
+
     trained: set[str] = set()
     out = {}
     for unit in units:
@@ -74,6 +73,9 @@ def checkpoint_cached(unit: UnitSpec) -> bool:
     if cfg.retrain:
         return False
     described = SimpleNamespace(name=cfg.dataset, spec=DATASETS.get(cfg.dataset))  # what the key reads of the splits
+    from capsbench.train.checkpoints import CheckpointCache  # loads torch, as above
+    from capsbench.train.trained import training_identity
+
     identity = training_identity(cfg, unit.model, unit.seed, described, SUITES.get(unit.suite)().protocol(cfg))
     return CheckpointCache(cfg.cache_dir).path(content_key(identity)).is_file()
 
