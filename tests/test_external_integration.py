@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 
 import capsbench
 from capsbench.cli import app
+from capsbench.data.test_subset import draw_test_subset
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "external_model"
-N = 500  # the first N test images
+N = 500  # test images: capsbench's default seeded, class-stratified draw of N (or the first N where the script says)
 
 
 def _test_accuracy(out_dir: Path) -> tuple[float, int]:
@@ -37,13 +38,14 @@ def test_a_plain_module_with_outside_weights_scores_exactly_as_plain_pytorch(tmp
     x = train.data[:3000].float().div(255).flatten(1)
     means = torch.stack([x[train.targets[:3000] == k].mean(0) for k in range(10)])
     torch.save({"linear.weight": means, "linear.bias": -0.5 * (means * means).sum(1)}, tmp_path / "centroid.pt")
-    from byo_models.plain import Centroid  # the plain script: the module, the weights, the first N test images
+    from byo_models.plain import Centroid  # the plain script: the module, the weights, the drawn N test images
 
     plain = Centroid()
     plain.load_state_dict(torch.load(tmp_path / "centroid.pt", weights_only=True))
     test = MNIST(str(mnist_root), train=False, download=False)
+    drawn = torch.from_numpy(draw_test_subset(test.targets.numpy(), N, seed=0).indices)
     with torch.no_grad():
-        correct = int((plain(test.data[:N].unsqueeze(1).float() / 255).argmax(1) == test.targets[:N]).sum())
+        correct = int((plain(test.data[drawn].unsqueeze(1).float() / 255).argmax(1) == test.targets[drawn]).sum())
 
     result = CliRunner().invoke(app, ["run", "suite=accuracy", "budget=smoke", "device=cpu", "tracking.enabled=false",
                                       f"data.root={mnist_root}", f"output_dir={tmp_path / 'cli'}",
@@ -77,7 +79,8 @@ def _installed_example(tmp_path: Path) -> dict[str, str]:
 API = """
 import json, sys, capsbench
 ev = capsbench.evaluate("tinycaps", suite="accuracy", weights=sys.argv[1], budget="smoke", device="cpu",
-                        output_dir=sys.argv[2], data={"test_subset": int(sys.argv[3])}, tracking={"enabled": False},
+                        output_dir=sys.argv[2], data={"test_subset": int(sys.argv[3]), "test_subset_draw": "head"},
+                        tracking={"enabled": False},
                         model_args={"tinycaps": {"conv_channels": 8}})
 print(json.dumps(ev.records.query("metric == 'test_accuracy'")[["value", "n", "training"]].to_dict("records")))
 """
@@ -101,7 +104,8 @@ def test_the_example_trained_by_its_plain_script_through_cli_api_and_robustness(
            f"weights.tinycaps={weights}", "model_args.tinycaps.conv_channels=8"]
     listed = run("-m", "capsbench.cli", "list", "models")
     assert "tinycaps       [external, entry point of tinycaps 0.1.0: tinycaps.model:TinyCaps]" in listed
-    run(*cli, "suite=accuracy", "models=[tinycaps]", f"data.test_subset={N}", f"output_dir={tmp_path / 'cli'}")
+    run(*cli, "suite=accuracy", "models=[tinycaps]", f"data.test_subset={N}", "data.test_subset_draw=head",
+        f"output_dir={tmp_path / 'cli'}")
     assert _test_accuracy(tmp_path / "cli") == (100.0 * correct / N, N)
     (api,) = json.loads(run("-c", API, str(weights), str(tmp_path / "api"), str(N)).splitlines()[-1])
     assert api == {"value": 100.0 * correct / N, "n": N, "training": "external"}
