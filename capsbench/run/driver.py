@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from capsbench.config.checks import capped_subsets
 from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
@@ -106,6 +107,8 @@ def run_plan(plan: Plan) -> RunResult:
     cfg = plan.cfg
     for level, line in plan.notes:
         log.log(level, line)
+    for line in dict.fromkeys(line for s in plan.sections for line in capped_subsets(s.cfg.data, s.cfg.dataset)):
+        log.warning(line)
     units = list({u.key: u for section in plan.sections for u in section.units}.values())
     try_external_models(units)  # they meet data before any write
     folder = new_run_folder(cfg.output_dir)
