@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from capsbench.data.files import DATA_FILES, by_hand, check_damaged, missing_text
 from capsbench.errors import CapsbenchError
+from capsbench.util.sqlite_file import damage, recovery
 from capsbench.util.uris import remote_address, sqlite_path
 
 TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time is taken as unreachable
@@ -87,10 +88,14 @@ def check_writable(directory: str, key: str, fix: str | None = None) -> None:
 
 
 def check_tracking(uri: str, *, reading: bool = False) -> None:
-    """A SQLite store's folder can be written (unless only `reading`); a remote store (server or database) answers
-    within TIMEOUT_S."""
+    """A SQLite store is whole as far as its header shows, and its folder can be written (unless only `reading`); a
+    remote store (server or database) answers within TIMEOUT_S."""
     db = sqlite_path(uri)
     if db is not None:
+        problem = damage(db) if db.is_file() and os.access(db, os.R_OK) else None
+        if problem is not None:
+            raise CapsbenchError(f"the MLflow store {db} {problem}, so the runs it may hold cannot be read; it is left "
+                                 f"as it is: {recovery(db, uri, damaged=True)}")
         if not reading:
             check_writable(str(db.parent), "the MLflow store's folder", "choose another tracking.uri= or output_dir=")
             for path in (db, db.with_name(db.name + ".lock")):

@@ -111,8 +111,9 @@ def run_plan(plan: Plan) -> RunResult:
         log.warning(line)
     units = list({u.key: u for section in plan.sections for u in section.units}.values())
     try_external_models(units)  # they meet data before any write
-    folder = new_run_folder(cfg.output_dir)
     tracker = make_tracker(cfg)
+    tracker.open()  # a store that cannot be opened is refused before the run's folder exists
+    folder = new_run_folder(cfg.output_dir)
     code = {"code.hash": package_hash()}  # what unit keys hash: `report` never mixes runs of different code
     started = False  # whether anything of the run exists yet (its parent runs): then a fault is a failed run
     try:
