@@ -19,7 +19,7 @@ from conftest import MARKER, PROBE, REPO, make_splits
 from mlflow.tracking import MlflowClient
 from report_fixtures import accuracy
 
-from capsbench.config.compose import to_dict
+from capsbench.config.compose import to_dict, to_yaml
 from capsbench.reporting.outputs import write_suite
 from capsbench.run import driver, execute
 from capsbench.run.units import UnitResult, UnitSpec
@@ -131,7 +131,7 @@ def logged(out: Path) -> None:
     cfg = compose(["suite=accuracy", "budget=smoke", "device=cpu", "threads=1", f"output_dir={out}"])
     tracker = Tracker(uri=sqlite_uri(out / "mlflow.db"), experiment="capsbench", artifact_root=out / "mlartifacts")
     tags = {"suite": "accuracy", "budget": "smoke", "version.capsbench": __version__, "code.hash": "c" * 64}
-    parent = tracker.start_parent("accuracy-smoke", flatten(to_dict(cfg)), tags, "")
+    parent = tracker.start_parent("accuracy-smoke", flatten(to_dict(cfg)), tags, to_yaml(cfg))
     for model in ("capsnet", "cnn_sabour", "cnn_9x9"):
         spec = UnitSpec("accuracy", model, 0, {}, {"dataset": "mnist", "threads": 1, "data": {}})
         records = [r for r in accuracy() if (r["model"], r["seed"]) == (model, 0)]
