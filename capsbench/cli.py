@@ -304,7 +304,8 @@ def _where(cfg: Any, result: Any) -> str:
 )
 def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench train`: the checkpoint of one model and seed, from the cache or trained now."""
-    from capsbench.config.compose import compose, settle_device  # lazy: torch-free, as in run
+    from capsbench.config.checks import capped_subsets  # lazy: torch-free, as in run
+    from capsbench.config.compose import compose, settle_device  # lazy, as above
     from capsbench.config.preflight import check_before_work  # lazy, as above
 
     _check_format(fmt)
@@ -323,6 +324,8 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
             from capsbench.util.progress import redirect_logging  # loaded already by the lines above
 
             _setup_logging(quiet)
+            for line in capped_subsets(cfg.data, cfg.dataset):
+                logging.getLogger("capsbench").warning(line)
             with redirect_logging():
                 trained = train_unit(training_unit(cfg, cfg.models[0], cfg.seeds[0]))
         except CapsbenchError as exc:

@@ -22,6 +22,8 @@ BAD = [
     (ACC + ["data.train_subset=0"], r"data\.train_subset must be an integer >= 1, or null"),
     (ACC + ["data.val_size=0"], r"data\.val_size must be an integer >= 1"),
     (ACC + ["data.max_shift=-1"], r"data\.max_shift must be an integer >= 0"),
+    (ACC + ["data.max_shift=28"], r"data\.max_shift=28 would shift whole 28x28 mnist images off their canvas: give at "
+                                  r"most 27"),
     (ACC + ["model_train.capsnet.epochs=0"], r"model_train\.capsnet\.epochs must be an integer >= 1"),
     (
         ROB + ["params.eps=[0.1]"],

@@ -5,7 +5,9 @@ bad input that stops it before anything loads."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from typer.testing import CliRunner
 from capsbench.cli import app
 from capsbench.config import preflight
 from capsbench.config.request import parse_command_line
+from capsbench.data import idx
 from capsbench.data.files import DATA_FILES
 from capsbench.reporting.baselines import baselines_dir
 from capsbench.reporting.claim_files import load_claims
@@ -49,12 +52,20 @@ def with_fashion_claim(tmp_path: Path) -> Path:
 
 
 def fake_root(tmp_path: Path, *datasets: str) -> Path:
-    """A data root holding (empty) files of the named datasets: enough for the plan, which only looks for them."""
+    """A data root holding files of the named datasets, each with its official IDX header and size (sparse zeros
+    after the header) where one is declared, else empty: enough for the plan and the checks before work, which read no
+    further."""
     root = tmp_path / "data"
     for name in datasets:
-        for f in DATA_FILES[name].files:
-            (root / DATA_FILES[name].folder / f).parent.mkdir(parents=True, exist_ok=True)
-            (root / DATA_FILES[name].folder / f).write_bytes(b"")
+        spec = DATA_FILES[name]
+        for f in spec.files:
+            path = root / spec.folder / f
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shape = spec.contents[f].shape if f in spec.contents else None
+            with path.open("wb") as fh:
+                if shape is not None:
+                    fh.write(struct.pack(f">{1 + len(shape)}I", idx.magic(len(shape)), *shape))
+                    fh.truncate(idx.header_size(len(shape)) + math.prod(shape))
     return root
 
 

@@ -1,10 +1,19 @@
-"""Data: the shift augmentation, the fixed validation split, and clear errors when MNIST is missing."""
+"""Data: the shift augmentation, the fixed validation split, subsets beyond their split (the whole split, said once
+before work), and clear errors when MNIST is missing."""
+
+import logging
 
 import pytest
 import torch
+from composing import compose
+from conftest import make_splits
+from typer.testing import CliRunner
 
+from capsbench.cli import app
+from capsbench.config.checks import capped_subsets
 from capsbench.data import load_splits, random_shift
 from capsbench.errors import CapsbenchError
+from capsbench.run import execute
 
 
 def test_random_shift_moves_each_image_within_bounds():
@@ -42,3 +51,30 @@ def test_real_mnist_split_is_fixed_disjoint_and_complete(mnist_root):
     assert torch.bincount(a.test_y).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
     train_rows = {bytes(img.numpy().tobytes()) for img in a.train_x[:2000]}
     assert not any(bytes(img.numpy().tobytes()) in train_rows for img in a.val_x[:2000])
+
+
+def test_subsets_larger_than_their_split_take_the_whole_split(mnist_root):
+    capped = load_splits("mnist", root=mnist_root, download=False, val_size=5000, train_subset=100_000,
+                         val_subset=6000)
+    assert capped.train_x.shape[0] == 55_000 and capped.val_x.shape[0] == 5000
+    cfg = compose(["suite=accuracy", "data.train_subset=100000", "data.val_subset=6000", "data.val_size=5000"])
+    assert capped_subsets(cfg.data, cfg.dataset) == [
+        "data.train_subset=100000 is more than the 55,000 images mnist's training split holds after data.val_size=5000 "
+        "are held out: all 55,000 are used (data.train_subset=null says so)",
+        "data.val_subset=6000 is more than the 5,000 images mnist's validation split holds (data.val_size): all 5,000 "
+        "are used (data.val_subset=null says so)",
+    ]
+    assert capped_subsets(compose(["suite=accuracy"]).data, "mnist") == []
+
+
+def test_a_run_says_once_before_work_that_a_subset_takes_the_whole_split(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    with caplog.at_level(logging.WARNING, logger="capsbench"):
+        result = CliRunner().invoke(app, ["run", "suite=accuracy", "budget=smoke", "device=cpu", "threads=1",
+                                          "train.epochs=1", "models=[cnn_9x9]", "seeds=[0,1]",
+                                          "tracking.enabled=false", "data.train_subset=60000",
+                                          f"output_dir={tmp_path}"])
+    assert result.exit_code == 0, result.output
+    said = [r.getMessage() for r in caplog.records if "data.train_subset=60000" in r.getMessage()]
+    assert said == ["data.train_subset=60000 is more than the 55,000 images mnist's training split holds after "
+                    "data.val_size=5000 are held out: all 55,000 are used (data.train_subset=null says so)"]

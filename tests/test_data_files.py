@@ -53,8 +53,8 @@ def test_where_to_get_names_torchvision_where_it_downloads(tmp_path: Path):
     assert "torchvision" not in DATA_FILES["smallnorb"].how_to_get(tmp_path)
 
 
-def test_the_real_mnist_and_fashion_mnist_are_complete(mnist_root: Path):
-    assert missing_files("mnist", mnist_root) == []
+def test_the_real_mnist_and_fashion_mnist_are_complete_and_whole(mnist_root: Path):
+    assert missing_files("mnist", mnist_root) == [] and DATA_FILES["mnist"].damaged(mnist_root) == []
     if not (mnist_root / "FashionMNIST").is_dir():
         pytest.skip("real Fashion-MNIST not found")
-    assert missing_files("fashion_mnist", mnist_root) == []
+    assert missing_files("fashion_mnist", mnist_root) == [] and DATA_FILES["fashion_mnist"].damaged(mnist_root) == []

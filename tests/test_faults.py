@@ -259,6 +259,51 @@ def test_a_store_with_runs_that_cannot_be_opened_is_never_moved(tmp_path):
     assert other.exists() and not list(tmp_path.glob("*.broken-*"))
 
 
+def store_with_runs(db: Path, runs: int = 3) -> None:
+    client = MlflowClient(sqlite_uri(db))
+    experiment = client.create_experiment("capsbench")
+    for _ in range(runs):
+        client.set_terminated(client.create_run(experiment).info.run_id)
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "not a database"])
+def test_a_damaged_store_that_may_hold_runs_is_never_moved_and_stops_run_and_report_before_work(
+        tmp_path, synthetic, mnist_root, damage):
+    db = tmp_path / "mlflow.db"
+    store_with_runs(db)
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2] if damage == "cut in half" else b"runs,as,csv\n" + data[100:])
+    before = db.read_bytes()
+    said = ("was cut short: its header counts " if damage == "cut in half" else
+            "is no SQLite database (its first bytes are not 'SQLite format 3')")
+    for command in (["run", *SMOKE, f"data.root={mnist_root}"], ["report"]):
+        result = CliRunner().invoke(app, [*command, f"output_dir={tmp_path}"])
+        assert result.exit_code == 2, result.output
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith(f"error: the MLflow store {db} {said}") and line.endswith(
+            f"so the runs it may hold cannot be read; it is left as it is: recover its runs with `sqlite3 {db} "
+            f".recover | sqlite3 {tmp_path / 'recovered.db'}` and point tracking.uri= at the result, or point "
+            "tracking.uri= (or output_dir=) at a new store"), line
+    assert db.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["mlflow.db"]  # nothing written
+
+
+def test_the_store_itself_moves_only_a_store_that_provably_holds_no_runs(tmp_path):
+    """Behind the checks before work: a store whose runs cannot be counted (damaged) is never moved; an empty file is
+    built in place."""
+    db = tmp_path / "mlflow.db"
+    store_with_runs(db)
+    other = tmp_path / "copy.db"  # a fresh URI: MLflow caches the store it opened for the first one
+    other.write_bytes(db.read_bytes()[:40_960])
+    with pytest.raises(Exception, match=r"may hold runs \(it is damaged or no SQLite database\) but cannot be opened "
+                                        r".* it is left as it is: recover its runs with `sqlite3 "):
+        ensure_store(sqlite_uri(other), tmp_path / "art")
+    assert len(other.read_bytes()) == 40_960 and not list(tmp_path.glob("*.broken-*"))
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    ensure_store(sqlite_uri(empty), tmp_path / "art")
+    assert MlflowClient(sqlite_uri(empty)).search_experiments() and not list(tmp_path.glob("*.broken-*"))
+
+
 def rewrite(path: Path, change) -> None:
     """Edit a unit file's result with `change` and store it with a checksum that matches (as a careful hand would)."""
     data = json.loads(path.read_text())

@@ -74,6 +74,26 @@ class ExitsInLoss(Classifier):
         sys.exit(3)  # EXIT-LOSS
 
 
+class OnAnotherDevice(Plain):
+    def forward(self, x):  # OTHER-DEVICE
+        return super().forward(x).to("meta")
+
+
+class IntegerLogits(Plain):
+    def forward(self, x):  # INTEGER-LOGITS
+        return super().forward(x).round().long()
+
+
+class ScoresElsewhere(Classifier):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.fc = nn.Linear(28 * 28, num_classes)
+
+    def forward(self, x, labels=None):  # SCORES-ELSEWHERE
+        logits = self.fc(x.flatten(1))
+        return ModelOutput(scores=logits.softmax(1).to("meta"), logits=logits)
+
+
 class Hangs(Plain):
     def forward(self, x):
         Path(__file__).with_name("hanging").touch()
@@ -114,6 +134,10 @@ def run(out: Path, root: Path, *models: str):
                                                  "code must raise an exception, not interrupt the process"),
     ("FailsInForward", "FAIL-FORWARD", "its forward pass raised RuntimeError: addmm: mat1 and mat2 shapes cannot be "
                                        "multiplied"),
+    ("OnAnotherDevice", "OTHER-DEVICE", "its forward pass returned logits on device meta for inputs on cpu: return "
+                                        "every output on the inputs' device (x.device)"),
+    ("IntegerLogits", "INTEGER-LOGITS", "its forward pass returned logits of dtype torch.int64: return floating-point "
+                                        "outputs"),
 ])
 def test_model_code_that_exits_or_fails_in_the_check_before_work_is_its_error(tmp_path, user, synthetic, mnist_root,
                                                                               model, tag, said):
@@ -124,6 +148,24 @@ def test_model_code_that_exits_or_fails_in_the_check_before_work_is_its_error(tm
     assert text.startswith(f"error: model '{model.lower()}': ") and said in text, text
     assert text.endswith(f"(at {path} line {line(tag)})"), text  # the user's line, not capsbench's adapter
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_output_on_another_device_is_one_line_in_the_run_and_a_failed_check_in_check_model(
+        tmp_path, user, synthetic, mnist_root):
+    """A Classifier returning its own ModelOutput bypasses the adapter: the model check's first finding names it."""
+    path, line = user
+    result = run(tmp_path / "out", mnist_root, "ScoresElsewhere")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: model 'scoreselsewhere' on mnist: its forward pass returned scores on device meta for inputs on cpu: "
+        "return every output on the inputs' device (x.device), with no .to(...), .cpu() or .cuda() at the end "
+        f"(at {path} line {line('SCORES-ELSEWHERE')})")
+    assert not (tmp_path / "out").exists()
+    checked = CliRunner().invoke(app, ["check-model", "usermodels:ScoresElsewhere", f"data.root={mnist_root}",
+                                       "device=cpu"])
+    assert checked.exit_code == 1, checked.output
+    assert ("FAIL outputs on the inputs' device, floating point: its forward pass returned scores on device meta "
+            "for inputs on cpu") in checked.output and f"(at {path} line {line('SCORES-ELSEWHERE')})" in checked.output
 
 
 def test_model_code_that_exits_during_the_run_fails_its_unit_with_exit_3(tmp_path, user, synthetic, mnist_root):

@@ -147,8 +147,16 @@ def validate(cfg: DictConfig, *, explicit_root: str | None, model_trains: dict[s
 
 
 def check_split_sizes(data: DictConfig, dataset: str) -> None:
-    """data.val_size leaves training images, and data.test_subset is no more than the dataset's test split holds."""
+    """data.val_size leaves training images, data.test_subset is no more than the dataset's test split holds, and
+    data.max_shift (where the dataset's protocol shifts) moves no image off its canvas."""
     spec = DATASETS.get(dataset)
+    shifts = spec.train_crop is None and spec.train_pad == 0  # crop protocols ignore data.max_shift
+    if shifts and data.max_shift >= spec.image_size:
+        raise CapsbenchError(
+            f"data.max_shift={data.max_shift} would shift whole {spec.image_size}x{spec.image_size} {dataset} images "
+            f"off their canvas: give at most {spec.image_size - 1}, e.g. data.max_shift=2 (Sabour et al.), or 0 for "
+            "no shifts"
+        )
     if data.val_size >= spec.train_size:
         raise CapsbenchError(
             f"data.val_size={data.val_size} leaves no training images: {dataset}'s training split has "
@@ -159,6 +167,20 @@ def check_split_sizes(data: DictConfig, dataset: str) -> None:
             f"data.test_subset={data.test_subset} is more than {dataset}'s {spec.test_size:,} test images: give at "
             f"most {spec.test_size}, or data.test_subset=null for all of them"
         )
+
+
+def capped_subsets(data: DictConfig, dataset: str) -> list[str]:
+    """A line for data.train_subset or data.val_subset where it asks for more images than its split holds: a subset is
+    the first n images of its split, so the loaders then take the whole split."""
+    spec = DATASETS.get(dataset)
+    splits = {
+        "train_subset": (spec.train_size - data.val_size,
+                         f"training split holds after data.val_size={data.val_size} are held out"),
+        "val_subset": (data.val_size, "validation split holds (data.val_size)"),
+    }
+    return [f"data.{key}={data[key]} is more than the {size:,} images {dataset}'s {where}: all {size:,} are used "
+            f"(data.{key}=null says so)" for key, (size, where) in splits.items()
+            if data[key] is not None and data[key] > size]
 
 
 def check_optimizer(train: DictConfig, where: str) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from platformdirs import user_cache_dir
 
 from capsbench.config.checks import check_one_process_per_gpu, check_train_precision, validate
 from capsbench.config.external import check_external, register_external
@@ -21,6 +20,7 @@ from capsbench.config.per_model import model_trains
 from capsbench.config.request import Request
 from capsbench.config.schema import BUDGETS, PER_MODEL, ReportConfig, RunConfig
 from capsbench.config.shape import check_shapes, describe_error
+from capsbench.data.files import default_data_root
 from capsbench.errors import CapsbenchError
 from capsbench.suites import CATALOG
 from capsbench.util.precision import check_device_precision
@@ -162,11 +162,6 @@ def compose_report(request: Request) -> DictConfig:
     if cfg.tracking.uri is None:
         cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(out / "mlflow.db")
     return cfg
-
-
-def default_data_root() -> Path:
-    """Where datasets go when neither data.root nor CAPSBENCH_DATA is given (created for downloads only)."""
-    return Path(user_cache_dir("capsbench")) / "datasets"
 
 
 def _resolve_defaults(cfg: DictConfig) -> str | None:

@@ -1,5 +1,5 @@
-"""Checks of the machine a run is about to use, before any work or write: the planned dataset's files (or a download
-host that answers), output and cache directories that can be written, and a remote tracking store that answers.
+"""Checks of the machine a run is about to use, before any work or write: the planned dataset's files, whole (or a
+download host that answers), output and cache directories that can be written, and a remote tracking store that answers.
 Each failure is one CapsbenchError (exit 2); torch-free, and bounded by short timeouts (TIMEOUT_S each)."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
-from capsbench.data.files import DATA_FILES
+from capsbench.data.files import DATA_FILES, by_hand, check_damaged, missing_text
 from capsbench.errors import CapsbenchError
 from capsbench.suites import CATALOG
+from capsbench.util.sqlite_file import damage, recovery
 from capsbench.util.uris import remote_address, sqlite_path
 
 TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time is taken as unreachable
@@ -53,25 +54,23 @@ def reachable(host: str, port: int, timeout: float = TIMEOUT_S) -> str | None:
 
 
 def check_data_files(dataset: str, root: str, *, download: bool) -> None:
-    """The dataset's declared files are under data.root, or data.download is on and its download host answers."""
+    """The dataset's declared files are under data.root and hold what the official files hold (IDX header and size,
+    published checksums), or data.download is on and its download host answers."""
+    check_damaged(dataset, Path(root))
     spec = DATA_FILES[dataset]
     missing = spec.missing(Path(root))
     if not missing:
         return
-    shown = ", ".join(str(p.relative_to(root)) for p in missing[:2]) + (", ..." if len(missing) > 2 else "")
-    where = f"{len(missing)} file(s) of {dataset} missing under data.root={root} ({shown})"
-    by_hand = f"put them there (from {spec.source})" if spec.source else "put them there"
+    where = missing_text(dataset, missing)
     if spec.download_url is None:
-        raise CapsbenchError(f"{where}; capsbench cannot download them: {by_hand}, or point data.root= at a "
-                             "directory that has them")
+        raise CapsbenchError(f"{where}; capsbench cannot download them: {by_hand(dataset)}")
     if not download:
-        raise CapsbenchError(f"{where} and data.download=false: {by_hand}, point data.root= at a directory that "
-                             "has them, or allow data.download=true")
+        raise CapsbenchError(f"{where} and data.download=false: {by_hand(dataset)}, or allow data.download=true")
     parts = urlsplit(spec.download_url)
     problem = reachable(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
     if problem is not None:
         raise CapsbenchError(f"{where}, and their download host {parts.hostname} cannot be reached ({problem}): "
-                             f"{by_hand} or run where the internet is reachable")
+                             f"{by_hand(dataset)}, or run where the internet is reachable")
 
 
 def check_writable(directory: str, key: str, fix: str | None = None) -> None:
@@ -91,10 +90,14 @@ def check_writable(directory: str, key: str, fix: str | None = None) -> None:
 
 
 def check_tracking(uri: str, *, reading: bool = False) -> None:
-    """A SQLite store's folder can be written (unless only `reading`); a remote store (server or database) answers
-    within TIMEOUT_S."""
+    """A SQLite store is whole as far as its header shows, and its folder can be written (unless only `reading`); a
+    remote store (server or database) answers within TIMEOUT_S."""
     db = sqlite_path(uri)
     if db is not None:
+        problem = damage(db) if db.is_file() and os.access(db, os.R_OK) else None
+        if problem is not None:
+            raise CapsbenchError(f"the MLflow store {db} {problem}, so the runs it may hold cannot be read; it is left "
+                                 f"as it is: {recovery(db, uri, damaged=True)}")
         if not reading:
             check_writable(str(db.parent), "the MLflow store's folder", "choose another tracking.uri= or output_dir=")
             for path in (db, db.with_name(db.name + ".lock")):

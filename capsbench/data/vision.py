@@ -10,7 +10,8 @@ import scipy.io
 import torch
 from torchvision.datasets import CIFAR10, SVHN, FashionMNIST
 
-from capsbench.errors import CapsbenchError
+from capsbench.data.files import fetch_missing
+from capsbench.data.mnist import load_idx_dataset
 
 Arrays = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 FASHION_FILES = (
@@ -23,24 +24,10 @@ CIFAR_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 SVHN_FILES = ("train_32x32.mat", "test_32x32.mat")
 
 
-def _require(folder: Path, files: tuple[str, ...], name: str, download: bool) -> bool:
-    """True when every file is present; False when absent but downloadable; else a CapsbenchError."""
-    missing = [f for f in files if not (folder / f).exists()]
-    if missing and not download:
-        raise CapsbenchError(
-            f"{name} not found: expected {', '.join(missing)} in {folder}. Put the official files there, or point "
-            "capsbench at a directory holding them with data.root=DIR or CAPSBENCH_DATA=DIR "
-            "(with internet, data.download=true fetches them)"
-        )
-    return not missing
-
-
 def load_fashion_mnist(root: Path, download: bool) -> Arrays:
     """Fashion-MNIST (Xiao et al. 2017) from the IDX files in <root>/FashionMNIST/raw/: 60k/10k, (N, 1, 28, 28)."""
-    present = _require(Path(root) / "FashionMNIST" / "raw", FASHION_FILES, "Fashion-MNIST", download)
-    train = FashionMNIST(str(root), train=True, download=not present)
-    test = FashionMNIST(str(root), train=False, download=False)
-    return train.data.unsqueeze(1), train.targets.long(), test.data.unsqueeze(1), test.targets.long()
+    return load_idx_dataset("fashion_mnist", Path(root), download, FASHION_FILES,
+                            lambda: FashionMNIST(str(root), train=True, download=True))
 
 
 def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -52,8 +39,7 @@ def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def load_cifar10(root: Path, download: bool) -> Arrays:
     """CIFAR-10 (Krizhevsky 2009) from the python pickles in <root>/cifar-10-batches-py/: 50k/10k, (N, 3, 32, 32)."""
     folder = Path(root) / "cifar-10-batches-py"
-    if not _require(folder, CIFAR_FILES, "CIFAR-10", download):
-        CIFAR10(str(root), train=True, download=True)
+    fetch_missing("cifar10", Path(root), download=download, fetch=lambda: CIFAR10(str(root), train=True, download=True))
     parts = [_cifar_batch(folder / f) for f in CIFAR_FILES]
     train_x = np.concatenate([x for x, _ in parts[:5]]).reshape(-1, 3, 32, 32)  # rows are R, G, B planes
     train_y = np.concatenate([y for _, y in parts[:5]])
@@ -73,7 +59,6 @@ def load_svhn(root: Path, download: bool) -> Arrays:
     """SVHN cropped digits (Netzer et al. 2011) from <root>/SVHN/{train,test}_32x32.mat: 73,257/26,032, (N, 3, 32,
     32)."""
     folder = Path(root) / "SVHN"
-    if not _require(folder, SVHN_FILES, "SVHN", download):
-        for split in ("train", "test"):
-            SVHN(str(folder), split=split, download=True)
+    fetch_missing("svhn", Path(root), download=download,
+                  fetch=lambda: [SVHN(str(folder), split=split, download=True) for split in ("train", "test")])
     return (*_svhn_split(folder / SVHN_FILES[0]), *_svhn_split(folder / SVHN_FILES[1]))

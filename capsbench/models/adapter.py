@@ -25,7 +25,7 @@ from capsbench.errors import CapsbenchError
 from capsbench.layers.capsules import capsule_logits, margin_loss, reconstruction_loss
 from capsbench.layers.straight_through import straight_through
 from capsbench.models.base import Classifier, ModelOutput, NotApplicable, multi_hot_loss
-from capsbench.models.failures import user_code
+from capsbench.models.failures import defined_at, user_code
 
 DECLARATION = "capsbench_outputs"
 OUTPUTS = ("logits", "lengths", "poses", "pre_squash", "reconstructions")
@@ -77,6 +77,28 @@ def named_outputs(raw: Any, declared: Any, name: str) -> dict[str, torch.Tensor]
     return parts
 
 
+def output_problem(parts: dict[str, Any], device: torch.device) -> str | None:
+    """What keeps a model's outputs (`parts`, by name; None: absent) from being used with inputs on `device`: an output
+    that is no tensor, lies on another device or is not floating point; None when nothing."""
+    for key, value in parts.items():
+        if value is None:
+            continue
+        if not isinstance(value, torch.Tensor):
+            return f"its forward pass returned {key} as a {type(value).__name__}, not a tensor"
+        if value.device != device:
+            return (f"its forward pass returned {key} on device {value.device} for inputs on {device}: return every "
+                    "output on the inputs' device (x.device), with no .to(...), .cpu() or .cuda() at the end")
+        if not value.is_floating_point():
+            return (f"its forward pass returned {key} of dtype {value.dtype}: return floating-point outputs (the "
+                    "inputs' dtype), which the losses and attacks differentiate")
+    return None
+
+
+def code_class(model: nn.Module) -> type:
+    """The class of the code that defines `model`: an external model's own, not this adapter's."""
+    return type(model.module if isinstance(model, ExternalModel) else model)
+
+
 def model_output(parts: dict[str, torch.Tensor]) -> ModelOutput:
     """ModelOutput from named outputs: capsule lengths (given, or the norms of the poses) are the scores and their
     log-normalised values the attack logits; else logits and their softmax."""
@@ -95,7 +117,7 @@ def model_output(parts: dict[str, torch.Tensor]) -> ModelOutput:
 
 def code_module(model: nn.Module) -> str:
     """The module of the code that defines `model`: an external model's own, not this adapter's."""
-    return type(model.module if isinstance(model, ExternalModel) else model).__module__
+    return code_class(model).__module__
 
 
 class ExternalModel(Classifier):
@@ -126,6 +148,8 @@ class ExternalModel(Classifier):
             self._capsule = raw.poses is not None or raw.pre_squash is not None
             return raw
         parts = named_outputs(raw, getattr(self.module, DECLARATION, None), self.name)
+        if (problem := output_problem(parts, x.device)) is not None:
+            raise CapsbenchError(f"model {self.name!r}: {problem}{defined_at(type(self.module).forward)}")
         self._capsule = bool({"lengths", "poses"} & set(parts))
         return model_output(parts)
 

@@ -1,10 +1,12 @@
 """Where a user's model code failed, in one line: the exception and the file and line in the user's own code that
-raised it (or led to it); and the boundary around calls into that code, where a SystemExit or a KeyboardInterrupt it
-raises becomes its error instead of ending the run silently or passing for Ctrl-C."""
+raised it (or led to it), or where the method that returned something unusable is defined; and the boundary around
+calls into that code, where a SystemExit or a KeyboardInterrupt it raises becomes its error instead of ending the run
+silently or passing for Ctrl-C."""
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,6 +57,14 @@ def where_failed(exc: BaseException, module: str | None = None) -> str:
     outside = [f for f in frames if not _inside(Path(f.filename), [CAPSBENCH_DIR])]
     frame = (_own(frames, module) or outside or frames or [None])[-1]
     return describe(exc) if frame is None else f"{describe(exc)} (at {frame.filename} line {frame.lineno})"
+
+
+def defined_at(function: object) -> str:
+    """' (at FILE line N)' where `function` (a model's forward method) is defined; '' when its source is unknown."""
+    try:
+        return f" (at {inspect.getsourcefile(function)} line {inspect.getsourcelines(function)[1]})"
+    except (OSError, TypeError):
+        return ""
 
 
 def user_frame(exc: BaseException, module: str) -> str | None:

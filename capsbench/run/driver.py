@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from capsbench.config.checks import capped_subsets
 from capsbench.config.compose import to_dict, to_yaml
 from capsbench.errors import CapsbenchError, RunFailed
 from capsbench.reporting.baselines import load_baselines, matching
@@ -107,10 +108,13 @@ def run_plan(plan: Plan) -> RunResult:
     cfg = plan.cfg
     for level, line in plan.notes:
         log.log(level, line)
+    for line in dict.fromkeys(line for s in plan.sections for line in capped_subsets(s.cfg.data, s.cfg.dataset)):
+        log.warning(line)
     units = list({u.key: u for section in plan.sections for u in section.units}.values())
     try_external_models(units)  # they meet data before any write
-    folder = new_run_folder(cfg.output_dir)
     tracker = make_tracker(cfg)
+    tracker.open()  # a store that cannot be opened is refused before the run's folder exists
+    folder = new_run_folder(cfg.output_dir)
     code = {"code.hash": package_hash()}  # what unit keys hash: `report` never mixes runs of different code
     started = False  # whether anything of the run exists yet (its parent runs): then a fault is a failed run
     try:

@@ -5,16 +5,16 @@ capsule hooks that agree with the model's own predictions; and what the model co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch.nn import functional as F
 
 from capsbench.errors import CapsbenchError
 from capsbench.models import Classifier
-from capsbench.models.adapter import code_module, reaches_straight_through
+from capsbench.models.adapter import code_class, code_module, output_problem, reaches_straight_through
 from capsbench.models.base import NotApplicable
-from capsbench.models.failures import user_code, where_failed
+from capsbench.models.failures import defined_at, user_code, where_failed
 
 RANGE_GAP = 0.2  # accuracy another input scaling must beat [0, 1] pixels by for the range check to fail
 SCALINGS = ("standardised (x - mean) / std", "0..255")
@@ -45,8 +45,13 @@ def forward(model: Classifier, images: torch.Tensor, name: str):
 
 
 def output_findings(model: Classifier, images: torch.Tensor, num_classes: int, name: str) -> list[Finding]:
-    """Shapes, finite values and agreement of scores and logits on `images` (B, C, H, W) in [0, 1]."""
+    """Outputs on the inputs' device and floating point (else only that finding: nothing else can be read of them),
+    shapes, finite values and agreement of scores and logits on `images` (B, C, H, W) in [0, 1]."""
     out, b = forward(model, images, name), len(images)
+    problem = output_problem({f.name: getattr(out, f.name) for f in fields(out)}, images.device)
+    if problem is not None:
+        return [Finding("outputs on the inputs' device, floating point", False,
+                        problem + defined_at(code_class(model).forward))]
     found = []
     for field in ("scores", "logits"):
         shape = tuple(getattr(out, field).shape)

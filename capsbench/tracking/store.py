@@ -1,5 +1,6 @@
 """The MLflow store: a new SQLite store built beside its final name and renamed into place once complete (under a lock),
-a half-built one left by an older capsbench moved aside and rebuilt, the experiment marked as a model-development one
+a half-built one left by an older capsbench (provably without runs) moved aside and rebuilt, any other that cannot be
+opened left as it is, the experiment marked as a model-development one
 (so the UI opens on its runs, not on the GenAI views), and runs left RUNNING by a killed process marked KILLED."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 from capsbench.tracking.environment import process_alive
+from capsbench.util.sqlite_file import recovery
 from capsbench.util.uris import sqlite_path, sqlite_uri
 
 log = logging.getLogger(__name__)
@@ -170,8 +172,10 @@ def check_store(uri: str) -> None:
 def ensure_store(uri: str, artifact_root: Path) -> None:
     """A SQLite store that MLflow can open (call it under store_lock). A missing or empty file is built at a temporary
     name beside it and renamed into place when complete, so a full disk or a kill during the schema migrations leaves
-    no half-built store. An existing store that MLflow cannot open and that holds no runs (half-built by an older
-    capsbench) is moved aside with a warning and built again; one that holds runs is never moved: a one-line error."""
+    no half-built store. An existing store that MLflow cannot open is moved aside with a warning and built again only
+    when it provably holds no runs (whole, and its runs table empty or absent: half-built by an older capsbench); any
+    other (runs in it, or damaged so that its runs cannot be counted) is never moved: a one-line error says how to
+    recover it."""
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -187,17 +191,15 @@ def ensure_store(uri: str, artifact_root: Path) -> None:
                 raise NoSpace(db) from exc
             problem = str(exc).strip().splitlines()[0][:200]
         runs = _run_count(db)
-        if runs:
-            raise CapsbenchError(
-                f"the MLflow store {db} holds {runs} run(s) but cannot be opened ({problem}); it is left as it is: if "
-                f"an older MLflow wrote it, upgrade it with `mlflow db upgrade {uri}`, else point tracking.uri= or "
-                "output_dir= elsewhere"
-            )
+        if runs != 0:
+            held = f"holds {runs} run(s)" if runs else "may hold runs (it is damaged or no SQLite database)"
+            raise CapsbenchError(f"the MLflow store {db} {held} but cannot be opened ({problem}); it is left as it "
+                                 f"is: {recovery(db, uri, damaged=runs is None)}")
         aside = db.with_name(f"{db.name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
         _forget_engine(uri)
         db.replace(aside)
-        state = "is no SQLite database" if runs is None else "was half-built and holds no runs"
-        log.warning("the MLflow store %s %s (%s); moved it to %s and building it again", db, state, problem, aside.name)
+        log.warning("the MLflow store %s was half-built and holds no runs (%s); moved it to %s and building it again",
+                    db, problem, aside.name)
     _build(db, artifact_root)
 
 
@@ -212,9 +214,12 @@ def _forget_engine(uri: str) -> None:
 
 
 def _run_count(db: Path) -> int | None:
-    """Runs in a SQLite store read directly (0 when it has no runs table), None when the file is no database."""
+    """Runs in a SQLite store read directly (0 when it has no runs table); None when they cannot be counted: the file
+    is no database, or SQLite's own check finds it damaged (a truncated copy, say)."""
     try:
         with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            if conn.execute("PRAGMA quick_check").fetchone() != ("ok",):
+                return None
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             return conn.execute("SELECT count(*) FROM runs").fetchone()[0] if "runs" in tables else 0
     except sqlite3.DatabaseError:

@@ -23,9 +23,10 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TRAINING_CODE = "capsbench.train.trained"  # builds the model and calls the loop, which calls the step
 # capsbench modules whose code can change trained weights; anything else is neither hashed nor followed.
 WEIGHT_AREAS = ("capsbench.layers.", "capsbench.models.", "capsbench.data.", "capsbench.train.")
-# Inside those areas but without effect on weights: descriptions and shapes (in the key as model_args), the cache.
-NOT_WEIGHTS = ("capsbench.layers", "capsbench.models", "capsbench.data", "capsbench.data.catalog", "capsbench.train",
-               "capsbench.train.checkpoints")
+# Inside those areas but without effect on weights: descriptions and shapes (in the key as model_args), the cache,
+# the data files' names, checks and downloads.
+NOT_WEIGHTS = ("capsbench.layers", "capsbench.models", "capsbench.data", "capsbench.data.catalog",
+               "capsbench.data.files", "capsbench.train", "capsbench.train.checkpoints")
 
 
 def content_key(identity: dict[str, object]) -> str:
