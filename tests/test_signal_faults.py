@@ -4,6 +4,7 @@ import, while an MLflow write is under way, or while the open runs are being mar
 next run with a line that says so. Subprocesses receive real signals; an import or a write is paused so that the
 signal lands inside it."""
 
+import ctypes
 import os
 import signal
 import sqlite3
@@ -17,6 +18,7 @@ from conftest import REPO
 from mlflow.tracking import MlflowClient
 
 from capsbench.tracking import Tracker
+from capsbench.util import signals
 from capsbench.util.uris import sqlite_uri
 
 SCRIPT = Path(sys.executable).parent / "capsbench"  # the console script, as a user starts it
@@ -141,3 +143,99 @@ def test_a_store_another_process_keeps_locked_is_left_to_the_next_run_and_the_li
     assert statuses(tmp_path) == ["RUNNING"]
     Tracker(uri=sqlite_uri(tmp_path / "mlflow.db"), experiment="capsbench", artifact_root=tmp_path / "art").open()
     assert statuses(tmp_path) == ["KILLED"]  # as the next run in this store opens it
+
+
+def _ended(pid: int) -> bool:
+    """Whether process `pid` is gone (or a zombie no one reaped: it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code, group", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)],
+                         ids=["SIGTERM to the driver", "Ctrl-C to the terminal's process group"])
+def test_a_signal_while_local_slurm_jobs_run_is_one_line_and_ends_every_job_without_a_traceback(
+        tmp_path, mnist_root, sig, code, group):
+    """launcher=slurm slurm.cluster=local: the jobs share the driver's terminal. The driver cancels them; none prints
+    a traceback (on the terminal or in its log) and none outlives it for long."""
+    pytest.importorskip("submitit")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [str(SCRIPT), "run", "suite=accuracy", "budget=smoke", "models=[cnn_9x9]", "seeds=[0,1]", "train.epochs=1",
+         "device=cpu", "threads=1", "tracking.enabled=false", "launcher=slurm", "slurm.cluster=local",
+         "slurm.gpus_per_unit=0", "slurm.cpus_per_unit=1", f"data.root={mnist_root}", f"output_dir={out}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 500
+    while not list((out / "slurm" / "events").glob("*.jsonl")):  # a unit has started in a job
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == code, stderr
+    assert [line for line in stderr.splitlines() if line.startswith("error:")] == [stderr.strip().splitlines()[-1]]
+    assert "Traceback" not in stdout + stderr and "KeyboardInterrupt" not in stdout + stderr, stderr
+    (submitted,) = [line for line in stderr.splitlines() if "submitted 2 job(s) to local: " in line]
+    jobs = [int(j) for j in submitted.rpartition(": ")[2].split(", ")]  # a local job's id is its process id
+    while not all(_ended(pid) for pid in jobs):
+        assert time.monotonic() < deadline, [pid for pid in jobs if not _ended(pid)]
+        time.sleep(0.5)
+    logs = "".join(p.read_text() for p in (out / "slurm").glob("*_log.*"))
+    assert "Traceback" not in logs and "KeyboardInterrupt" not in logs, logs
+
+
+def test_a_plain_keyboard_interrupt_a_library_raises_for_a_sigterm_keeps_its_status():
+    """Ray's waits turn the Terminated our handler raises into a plain KeyboardInterrupt: the status stays 143."""
+    with signals.signals_raise():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except signals.Terminated:
+            plain = KeyboardInterrupt()  # what the library raises instead
+        assert signals.exit_status(plain) == 143 and signals.by_signal(plain)
+
+
+def test_handlers_a_library_replaces_unseen_are_set_again():
+    """A handler set at the C level (as Ray's driver sets one for SIGTERM) is replaced by the one from before."""
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    with signals.signals_raise():
+        with signals.handlers_kept():
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))  # as ray.init does
+            libc.signal(signal.SIGTERM, ctypes.c_void_p(1))  # SIG_IGN, unseen by Python
+        with pytest.raises(signals.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+
+
+@pytest.mark.slow
+def test_a_signal_while_ray_tasks_run_is_one_line_with_its_own_status(tmp_path, mnist_root):
+    """launcher=ray: Ray's driver sets its own SIGTERM handlers and its waits re-raise ours as a plain
+    KeyboardInterrupt; a SIGTERM still ends the run with one line and 143, its tasks cancelled."""
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    env = {**os.environ, "RAY_raylet_start_wait_time_s": "300"}  # a busy machine starts Ray slowly
+    proc = subprocess.Popen(
+        [str(SCRIPT), "run", "suite=accuracy", "budget=smoke", "models=[cnn_9x9]", "seeds=[0,1]", "train.epochs=1",
+         "device=cpu", "threads=1", "tracking.enabled=false", "launcher=ray", "ray.num_cpus=2",
+         f"data.root={mnist_root}", f"output_dir={out}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    said, deadline = [], time.monotonic() + 900
+    try:
+        while not any("submitted to Ray" in line for line in said):
+            said.append(proc.stderr.readline())
+            assert said[-1] and time.monotonic() < deadline, "".join(said)
+        time.sleep(10)  # the tasks start
+        proc.send_signal(signal.SIGTERM)
+        stdout, rest = proc.communicate(timeout=300)
+    finally:
+        proc.kill()  # a no-op once it has ended; else nothing outlives the test
+    stderr = "".join(said) + rest
+    assert proc.returncode == 143, stderr
+    assert [line for line in stderr.splitlines() if line.startswith("error:")] == [stderr.strip().splitlines()[-1]]
+    assert stderr.strip().splitlines()[-1].startswith("error: terminated (SIGTERM): ")
+    assert "Traceback" not in stdout + stderr and "SIGTERM received" not in stderr, stderr

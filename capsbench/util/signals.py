@@ -39,8 +39,10 @@ class _State:
 
 
 def exit_status(exc: KeyboardInterrupt) -> int:
-    """128 + the signal that interrupted: 130 for Ctrl-C (SIGINT), 143 for SIGTERM."""
-    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+    """128 + the signal that interrupted: 130 for Ctrl-C (SIGINT), 143 for SIGTERM. A plain KeyboardInterrupt counts
+    as the first signal this process received, if any: a library may raise one in place of ours (Ray's waits turn
+    whatever a signal handler raises into a plain KeyboardInterrupt)."""
+    return 128 + int(getattr(exc, "signum", None) or _State.received or signal.SIGINT)
 
 
 def received() -> int | None:
@@ -109,9 +111,43 @@ def signals_raise() -> Iterator[None]:
 
 
 def by_signal(exc: KeyboardInterrupt) -> bool:
-    """Whether a KeyboardInterrupt may have come from a signal: Interrupted or Terminated, or any KeyboardInterrupt
-    where these handlers are not installed (a notebook's Ctrl-C raises a plain one)."""
-    return isinstance(exc, (Interrupted, Terminated)) or signal.getsignal(signal.SIGINT) is not _raise
+    """Whether a KeyboardInterrupt may have come from a signal: Interrupted or Terminated, any KeyboardInterrupt once
+    one of them was raised (a library may raise a plain one in its place), or where these handlers are not installed
+    (a notebook's Ctrl-C raises a plain one)."""
+    return isinstance(exc, (Interrupted, Terminated)) or _State.raised or signal.getsignal(signal.SIGINT) is not _raise
+
+
+@contextmanager
+def handlers_kept() -> Iterator[None]:
+    """Within the block a library may set its own SIGINT and SIGTERM handlers (Ray's driver sets a Python one that
+    exits, and a C one that answers SIGTERM with a stack trace and an abort); when it ends, the handlers from before
+    the block are set again, at the C level too. Main thread only; elsewhere it changes nothing."""
+    if not _main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in INTERRUPTS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(s, handler)
+
+
+@contextmanager
+def spawning() -> Iterator[None]:
+    """Around starting worker processes that share this process's terminal (submitit's local jobs): SIGINT is blocked in
+    this thread while they start, so that they inherit it blocked and a Ctrl-C reaches only this process, which ends
+    them (a KeyboardInterrupt in each would print its traceback). This process handles a SIGINT that arrives meanwhile
+    as before, at the latest when the block ends. Main thread only; elsewhere it changes nothing."""
+    if not _main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextmanager

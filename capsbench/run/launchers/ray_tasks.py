@@ -33,6 +33,7 @@ from ray.util.queue import Queue  # noqa: E402
 
 from capsbench.run.execute import Sink  # noqa: E402
 from capsbench.run.units import UnitEvent  # noqa: E402
+from capsbench.util.signals import handlers_kept  # noqa: E402
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0  # longest wait between looks at the event queue
@@ -87,10 +88,11 @@ class RayLauncher:
             log.info("using the Ray session this process already holds")
             return False
         s = self.settings
-        if s.address:
-            ray.init(address=s.address)
-        else:
-            ray.init(num_cpus=s.num_cpus, num_gpus=s.num_gpus, include_dashboard=False)
+        with handlers_kept():  # SIGINT and SIGTERM end the run with one line, as on every launcher
+            if s.address:
+                ray.init(address=s.address)
+            else:
+                ray.init(num_cpus=s.num_cpus, num_gpus=s.num_gpus, include_dashboard=False)
         log.info("Ray resources: %s", ray.cluster_resources())
         return True
 

@@ -19,6 +19,7 @@ from typing import Any
 from capsbench.errors import CapsbenchError
 from capsbench.run.execute import Sink, execute, train_only, training_group
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
+from capsbench.util.signals import exit_status, signals_raise
 
 FATAL = "fatal"
 log = logging.getLogger(__name__)
@@ -49,9 +50,15 @@ def measure_entry(spec: dict[str, Any], trained: dict[str, Any] | None = None, s
 
 
 def job_entry(kind: str, spec: dict[str, Any], events: str | None = None) -> dict[str, Any]:
-    """One SLURM job: "train" a group's checkpoint or "measure" a unit, its events appended to the file `events`."""
+    """One SLURM job: "train" a group's checkpoint or "measure" a unit, its events appended to the file `events`. A
+    SIGTERM (the driver cancelling it, scancel) or SIGINT ends it as it ends a run: its training keeps its last epoch,
+    and the job exits with 128 + the signal's number, without a traceback."""
     sink = EventFile(Path(events)) if events else None
-    return train_entry(spec, sink) if kind == "train" else measure_entry(spec, None, sink)
+    try:
+        with signals_raise():
+            return train_entry(spec, sink) if kind == "train" else measure_entry(spec, None, sink)
+    except KeyboardInterrupt as exc:
+        raise SystemExit(exit_status(exc)) from None
 
 
 class EventFile:

@@ -9,7 +9,10 @@ their units' events to slurm.folder/events/<unit key>.jsonl, which the driver re
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ from omegaconf import DictConfig
 from capsbench.run.execute import Sink
 from capsbench.run.launchers import remote
 from capsbench.run.units import UnitResult, UnitSpec, failed
+from capsbench.util.signals import spawning
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0  # between looks at the jobs; submitit throttles its own sacct calls
@@ -86,7 +90,17 @@ class SlurmLauncher:
                 running = still
         finally:
             for job, _ in running:  # the driver stopped early (a fatal error, Ctrl-C): give the allocation back
-                job.cancel(check=False)
+                self._cancel(job)
+
+    def _cancel(self, job: Any) -> None:
+        """End a job as scancel does, with SIGTERM: submitit's local cancel sends its job's controller a SIGINT, which
+        its jobs inherit blocked (_submit) and which would leave a traceback; a local job's id is its controller's
+        process id, and the controller passes SIGTERM on to the job."""
+        if self.settings.cluster != "local":
+            job.cancel(check=False)
+            return
+        with contextlib.suppress(ProcessLookupError):  # it ended since the last poll
+            os.kill(int(job.job_id), signal.SIGTERM)
 
     def _submit(self, queue: list[Work], running: int) -> list[tuple[Any, Work]]:
         """Submit queued work as one job array. Local processes are started at most array_parallelism at a time
@@ -97,8 +111,11 @@ class SlurmLauncher:
             return []
         for work in batch:
             work.tries += 1
-        jobs = self.executor.map_array(remote.job_entry, [w.kind for w in batch], [w.spec.to_dict() for w in batch],
-                                       [str(self.events(w.units[0]).path) for w in batch])
+        local = self.settings.cluster == "local"  # local jobs share this terminal: Ctrl-C must reach only the driver
+        with spawning() if local else contextlib.nullcontext():
+            jobs = self.executor.map_array(remote.job_entry, [w.kind for w in batch],
+                                           [w.spec.to_dict() for w in batch],
+                                           [str(self.events(w.units[0]).path) for w in batch])
         log.info("submitted %d job(s) to %s: %s", len(jobs), self.settings.cluster, ", ".join(j.job_id for j in jobs))
         return list(zip(jobs, batch))
 
