@@ -153,11 +153,8 @@ def fit(
         "best_epoch": best_epoch,
         "best_val_accuracy": best_acc,
         "reached_target": reached,
-        "threads": threads,  # CPU summation order depends on it: recorded, not keyed
+        "threads": threads,  # CPU summation order depends on it: in the key too (trained.device_identity)
     }
-
-
-POSTFIX_EVERY = 25  # batches between loss/accuracy updates on the bar: each syncs a GPU with the host
 
 
 def _train_epoch(
@@ -208,12 +205,11 @@ def _train_epoch(
                 predicted = ranks < batch.targets.sum(dim=1, keepdim=True)
                 correct += (predicted == batch.targets.bool()).all(dim=1).sum()
             seen += len(labels)
-            bar.update()
-            if bar.shown and i % POSTFIX_EVERY == 0:
-                bar.show(f"loss {total_loss.item() / seen:.4f}, acc {correct.item() / seen:.4f}")
+            bar.update()  # the running loss is read once, at the epoch's end: a read per step would sync a GPU
     for group, lr in zip(opt.param_groups, scheduled):  # the epoch schedule goes on from the un-warmed rate
         group["lr"] = lr
-    if int(bad_step.item()) >= 0:  # checked once per epoch: a per-step check would sync a GPU at every step
-        raise Diverged(f"diverged at epoch {epoch + 1}, step {int(bad_step.item()) + 1}: loss {bad_loss.item()}; "
+    bad, loss_sum, right = torch.stack([bad_step.double(), total_loss.double(), correct.double()]).tolist()
+    if bad >= 0:  # checked once per epoch, in the epoch's one read: a per-step check would sync a GPU at every step
+        raise Diverged(f"diverged at epoch {epoch + 1}, step {int(bad) + 1}: loss {bad_loss.item()}; "
                        "lower train.lr or check the model")
-    return total_loss.item() / seen, correct.item() / seen
+    return loss_sum / seen, right / seen
