@@ -86,7 +86,8 @@ def device_identity(cfg: DictConfig) -> dict[str, Any]:
     """What of the device changes trained weights, so that runs on other devices never share a checkpoint: on a CPU
     the intra-op threads (they set the summation order of convolutions: 2 and 4 threads trained cnn_9x9 to 81 and
     84 %) and the instruction set torch dispatches to; on a GPU its kind."""
-    kind = torch.device(cfg.device).type
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device  # a plan's
+    kind = torch.device(device).type
     if kind != "cpu":
         return {"type": kind}
     threads = cfg.threads if cfg.threads is not None else torch.get_num_threads()
