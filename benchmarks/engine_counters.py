@@ -32,8 +32,10 @@ from capsbench.models import MODELS, create_model
 from capsbench.train.loop import fit
 from capsbench.train.protocols import dataset_protocol
 
-PROBE = {"budget": "smoke", "data.test_subset": 200, "params.batch_size": 4096, "params.apgd_steps": 25,
-         "params.long_apgd_steps": 100, "params.long_eps": 0.15, "seeds": [0]}
+PROBE = {"budget": "smoke", "data.test_subset": 200, "params.batch_size": 4096, "seeds": [0],
+         "params.attack_args.apgd": {"steps": 25, "long_steps": 100, "long_eps": 0.15},
+         "params.attack_args.apgd_targeted": {"steps": 25, "long_steps": 100, "long_eps": 0.15},
+         "params.compact_every": 8, "params.speculate": True}  # the engine as on a GPU, whatever the device
 
 
 def smoke_cnn(device: str) -> torch.nn.Module:

@@ -1,17 +1,22 @@
-"""Attack registry: L-inf attacks on [0, 1] pixels judged by the classifier's own decision, one family a module.
+"""Attack registry: L-inf attacks on [0, 1] pixels judged by the classifier's own decision, one attack a module.
 
-CATALOG (names, where each attack lives, whether it needs gradients) is readable without torch, so configs are checked
-before anything heavy loads; ATTACKS.get(name) imports the attack (and torch) on first use.
+CATALOG holds each attack's class as "package.module:Class"; what the class declares (its label, its place in the
+tables, whether it reads gradients, its settings and their ranges) is read from its source without importing torch,
+so that `params.attack_args.<attack>.<argument>` is checked before anything heavy loads. build(name, args) imports the
+attack (and torch) and constructs it with the settings given.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from capsbench.util.lazy import lazy_attributes, load, split_target
-from capsbench.util.registry import LoadingView, Registry
+from capsbench.errors import CapsbenchError
+from capsbench.models.ranges import check_value
+from capsbench.util.lazy import class_literal, keyword_arguments, lazy_attributes, load, split_target
+from capsbench.util.registry import Registry, close_matches
 
 if TYPE_CHECKING:
     from capsbench.attacks.base import Attack
@@ -21,49 +26,111 @@ WORST_CASE = "worst_case"  # the per-image worst case over every attack run: the
 
 @dataclass(frozen=True)
 class AttackEntry:
-    """A registered attack: its class as "package.module:Class", whether it uses the model's gradients, and whether
-    it attacks the model together with its reconstruction detector (then run by params.detection_fpr, not listed)."""
+    """A registered attack: its class as "package.module:Class"; the rest is read from the class's source."""
 
     target: str
-    white_box: bool = True
-    defended: bool = False
 
     def __post_init__(self) -> None:
         split_target(self.target)
 
+    @functools.cached_property
+    def white_box(self) -> bool:
+        """Whether it reads the model's gradients (a black-box attack runs at the black-box eps only)."""
+        return bool(class_literal(self.target, "WHITE_BOX", True))
+
+    @functools.cached_property
+    def defended(self) -> bool:
+        """Whether it attacks the model together with its reconstruction detector (run by params.detection_fpr)."""
+        return bool(class_literal(self.target, "DEFENDED", False))
+
+    @functools.cached_property
+    def label(self) -> str:
+        return str(class_literal(self.target, "LABEL"))
+
+    @functools.cached_property
+    def order(self) -> int:
+        return int(class_literal(self.target, "ORDER"))
+
+    @functools.cached_property
+    def arguments(self) -> dict[str, Any]:
+        """Its settings: the keyword arguments of its constructor, with their defaults."""
+        return keyword_arguments(self.target)
+
+    @functools.cached_property
+    def ranges(self) -> dict[str, Any]:
+        return dict(class_literal(self.target, "ARGUMENT_RANGES", {}))
+
 
 CATALOG: Registry[AttackEntry] = Registry("attack")
-for _name, _entry in {
-    "fgsm": AttackEntry("capsbench.attacks.pgd:FGSM"),
-    "pgd": AttackEntry("capsbench.attacks.pgd:PGD"),
-    "apgd": AttackEntry("capsbench.attacks.apgd:APGD"),
-    "apgd_targeted": AttackEntry("capsbench.attacks.apgd:APGDTargeted"),
-    "pgd_adaptive": AttackEntry("capsbench.attacks.adaptive:AdaptivePGD"),
-    "vote": AttackEntry("capsbench.attacks.adaptive:VoteAttack"),
-    "square": AttackEntry("capsbench.attacks.torchattacks_adapters:Square", white_box=False),
-    "autoattack": AttackEntry("capsbench.attacks.torchattacks_adapters:AutoAttack"),
-    "pgd_detect_aware": AttackEntry("capsbench.attacks.detection_aware:DetectionAwarePGD", defended=True),
+for _name, _target in {
+    "fgsm": "capsbench.attacks.fgsm:FGSM",
+    "pgd": "capsbench.attacks.pgd:PGD",
+    "apgd": "capsbench.attacks.apgd:APGD",
+    "apgd_targeted": "capsbench.attacks.apgd_targeted:APGDTargeted",
+    "pgd_adaptive": "capsbench.attacks.pgd_adaptive:AdaptivePGD",
+    "vote": "capsbench.attacks.vote:VoteAttack",
+    "square": "capsbench.attacks.square:Square",
+    "autoattack": "capsbench.attacks.autoattack:AutoAttack",
+    "pgd_detect_aware": "capsbench.attacks.pgd_detect_aware:DetectionAwarePGD",
 }.items():
-    CATALOG.register(_name)(_entry)
+    CATALOG.register(_name)(AttackEntry(_target))
+
+
+def check_attack_args(attack_args: Mapping[str, Any], where: str = "params.attack_args") -> None:
+    """Every attack named has the settings given, each in its declared range (null: the setting's off value);
+    the error names `<where>.<attack>.<setting>`."""
+    for name, args in attack_args.items():
+        if name not in CATALOG:
+            raise CapsbenchError(f"unknown attack {name!r} in {where}: {close_matches(str(name), CATALOG.names())}")
+        entry = CATALOG.get(name)
+        if args is None:
+            continue
+        if not isinstance(args, Mapping):
+            raise CapsbenchError(f"{where}.{name} takes the attack's settings, e.g. {where}.{name}.<setting>=..., "
+                                 f"got {args!r}")
+        for key, value in args.items():
+            if key not in entry.arguments:
+                accepted = ", ".join(entry.arguments) or "none"
+                raise CapsbenchError(f"{name} has no setting {key!r} ({where}.{name}.{key}): its settings are "
+                                     f"{accepted}")
+            if value is not None and key in entry.ranges:
+                check_value(f"{where}.{name}.{key}", value, entry.ranges[key])
+
+
+def build(name: str, args: Mapping[str, Any] | None = None) -> Attack:
+    """The attack `name` with these settings (its defaults for the rest); imports it (and torch)."""
+    return _build(name, tuple(sorted((k, _frozen(v)) for k, v in (args or {}).items())))
 
 
 @functools.cache
-def _instance(entry: AttackEntry) -> Attack:
-    return load(entry.target)()
+def _build(name: str, args: tuple[tuple[str, Any], ...]) -> Attack:
+    return load(CATALOG.get(name).target)(**dict(args))
 
 
-ATTACKS: LoadingView[AttackEntry, Attack] = LoadingView(CATALOG, _instance)  # get(name): the Attack, one per name
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def table_order() -> list[str]:
+    """Every attack, the worst case first, in its declared place in the tables."""
+    return [WORST_CASE, *sorted(CATALOG.names(), key=lambda n: (CATALOG.get(n).order, n))]
+
+
+def labels() -> dict[str, str]:
+    """Every attack's label in tables, the worst case's too."""
+    return {WORST_CASE: "worst case", **{n: CATALOG.get(n).label for n in CATALOG.names()}}
+
 
 _LAZY = {
     "Attack": "capsbench.attacks.base:Attack",
     "AttackResult": "capsbench.attacks.base:AttackResult",
-    "AttackSettings": "capsbench.attacks.base:AttackSettings",
+    "EngineSettings": "capsbench.attacks.base:EngineSettings",
     "decisions": "capsbench.attacks.base:decisions",
+    "run_attack": "capsbench.attacks.engine:run_attack",
     "margin": "capsbench.attacks.losses:margin",
     "worst_case_broken": "capsbench.attacks.worst_case:worst_case_broken",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)  # the attack machinery, imported with torch on first use
 
-
-__all__ = ["ATTACKS", "CATALOG", "WORST_CASE", "AttackEntry", *_LAZY]
+__all__ = ["CATALOG", "WORST_CASE", "AttackEntry", "build", "check_attack_args", "labels", "table_order", *_LAZY]

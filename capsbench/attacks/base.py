@@ -1,81 +1,131 @@
-"""What every attack is: a name, whether it needs gradients, what it attacks, and `run`, which returns for every
-image and eps whether the model's own decision was flipped (and the adversarial images that flipped it)."""
+"""What an attack declares (its label, its place in the tables, its settings as keyword arguments of its constructor,
+its cost per row) and what every attack shares: the engine's settings, a pass over rows, the result, the decision an
+attack must flip, per-image random starts, and detaching the heads no attack reads."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from capsbench.attacks.losses import TARGETED
 from capsbench.models import Classifier
+
+if TYPE_CHECKING:
+    from capsbench.attacks.objectives import Objective
+    from capsbench.attacks.step_rules import StepRule
 
 REJECTED = -1  # a defended model's decision on an input its detector flags: never counts as the attack's success
 
 
 @dataclass(frozen=True)
-class AttackSettings:
-    """How attacks are run. PGD's step size is step_ratio * eps / steps (Madry et al.'s 2.5 eps / k rule); APGD sets
-    its own (2 eps, halved at checkpoints).
+class EngineSettings:
+    """What every attack of a run shares.
 
-    early_exit: stop attacking an image (row) as soon as one iterate is misclassified. An image counts as broken
-    when any iterate is misclassified, so this changes only the cost, never a result.
-    batch_size: rows (image x eps pairs) attacked together.
-    progress: called as progress(done, total, left) while an attack runs, after every step of a batch of rows (PGD
-    family) or every batch of images (torchattacks): `done` of `total` row-steps of this run, `left` rows still
-    attacked. It only reports; results never depend on it.
+    num_classes: the dataset's classes. seed: fixes the random starts (per image id) and the query attacks' draws.
+    batch_size: rows (image x eps x pass) in the pool at once. early_exit: a row leaves as soon as one iterate is
+    misclassified (an image counts as broken when any iterate is, so this changes the cost only). precision: "fp32",
+    or "bf16" (forward and backward under bf16 autocast, every break confirmed by the fp32 model). compact_every:
+    iterates between the pool's compactions, the engine's only reads of the device (finished rows leave, new rows
+    enter); 1 on a CPU, where a read is free and a finished row must not cost another step. speculate: rows enter
+    before the rows they depend on have finished, when the pool has room (a GPU's width for fewer iterates; the
+    results are the same, the work larger). progress: called as progress(done, total, rows_left) at each compaction,
+    in row-steps declared (steps + 1 per row; skipped steps count as done). It only reports.
     """
 
-    steps: int
-    step_ratio: float
-    restarts: int
-    square_queries: int
     num_classes: int
-    seed: int
+    seed: int = 0
     batch_size: int = 500
     early_exit: bool = True
-    detection_threshold: float | None = None  # the reconstruction detector that pgd_detect_aware evades
-    detection_weight: float = 1.0  # its penalty: weight x (distance / threshold - 0.9), where positive
-    targets: int | None = None  # classes a multi-targeted pass tries, likeliest first; None: every other class
-    apgd_steps: int = 100  # iterations of each APGD pass
-    apgd_restarts: int = 1  # random starts of the untargeted APGD pass
-    apgd_targets: int | None = None  # classes APGD-T tries, likeliest first; None: every other class
-    precision: str = "fp32"  # or bf16: gradient attacks under bf16 autocast, each image judged by the fp32 model
+    precision: str = "fp32"
+    compact_every: int = 1
+    speculate: bool = False
     progress: Callable[[int, int, int], None] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One run of rows: what it differentiates, the loss it ascends (capsbench.attacks.losses; a targeted one towards
+    the class ranked `target` among the others, 1 = runner-up), how a row moves (its step rule), how many steps, and
+    its random start (`restart`; none for random_start=False)."""
+
+    objective: Objective
+    loss: str
+    rule: StepRule
+    steps: int
+    restart: int = 0
+    target: int = 0
+    random_start: bool = True
+    tag: str = ""  # sets a pass's random numbers apart from the gradient attacks' (which share theirs)
+
+    @property
+    def stream(self) -> str:
+        """The random-start stream: every gradient attack starts from the same points for a loss and restart."""
+        return f"{self.tag}{self.loss}{self.target if self.loss in TARGETED else ''}/{self.restart}"
 
 
 @dataclass
 class AttackResult:
     """Per eps: broken (N,) bool — the model's decision on some adversarial image differs from the label — and the
-    adversarial images (N, C, H, W): the first that broke the image, else the attack's last iterate."""
+    adversarial images (N, C, H, W) where they were kept: the first that broke the image, else the last iterate."""
 
     broken: dict[float, torch.Tensor]
     adversarial: dict[float, torch.Tensor]
 
 
 class Attack:
-    """Base class. Subclasses set the class attributes and write run(); budgets come from AttackSettings."""
+    """An attack's declaration. Class attributes, read from the source without importing torch: LABEL (its name in
+    tables), ORDER (its place in them), WHITE_BOX (whether it reads gradients), DEFENDED (whether it attacks the model
+    with its reconstruction detector: run by params.detection_fpr, never listed), ARGUMENT_RANGES (the valid values of
+    its constructor's keyword arguments, which are its settings: params.attack_args.<name>.<argument>)."""
 
-    name: ClassVar[str]  # as registered in capsbench.attacks.CATALOG, which also says whether it is white-box
+    name: ClassVar[str]  # as registered in capsbench.attacks.CATALOG
     attacks: ClassVar[str]  # what the loss and gradient are computed on, for docs and tables
+    LABEL: ClassVar[str]
+    ORDER: ClassVar[int]
+    WHITE_BOX: ClassVar[bool] = True
+    DEFENDED: ClassVar[bool] = False
+    ARGUMENT_RANGES: ClassVar[dict[str, object]] = {}
 
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:
         """None when the attack is defined for `model`, else the reason it is not (recorded, never raised).
         `sample` is one input batch of the right shape, for attacks that must probe the model."""
         return None
 
-    def budget(self, settings: AttackSettings) -> str:
+    def budget(self, num_classes: int) -> str:
         """Steps, restarts, step size or queries, in words."""
         raise NotImplementedError
 
+    def cost(self, eps: float, num_classes: int) -> float:
+        """Image passes (a forward or a backward pass of one image) of one image at `eps`, at most: the declared work
+        that prices a unit and weighs its progress."""
+        raise NotImplementedError
+
+
+class RowAttack(Attack):
+    """An iterative gradient attack: passes of rows (image x eps) that the row engine runs, each pass on the rows the
+    earlier ones left robust."""
+
+    def passes(self, eps: float, num_classes: int) -> list[Pass]:
+        """The passes at `eps`, in order."""
+        raise NotImplementedError
+
+    def cost(self, eps: float, num_classes: int) -> float:
+        """Per pass a forward pass per iterate and, where the rule reads gradients, a backward pass."""
+        return float(sum((2 if p.rule.needs_gradient else 1) * (p.steps + 1) for p in self.passes(eps, num_classes)))
+
+
+class QueryAttack(Attack):
+    """An attack that runs its own loop (taken from a library as it is): it attacks whole images at each eps."""
+
     def run(self, model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids: torch.Tensor,
-            eps_values: list[float], settings: AttackSettings) -> AttackResult:
-        """Attack `images` (N, C, H, W) in [0, 1] on the model's device, every one classified correctly clean, at each
-        eps. `ids` (N,) are the images' indices in the test set: random starts are drawn per id, so that a result never
-        depends on which other images share a batch."""
+            eps_values: list[float], settings: EngineSettings) -> AttackResult:
+        """Attack `images` (N, C, H, W) in [0, 1] on the model's device, each classified correctly clean, at each eps;
+        `ids` (N,) are their indices in the test set."""
         raise NotImplementedError
 
 
@@ -86,11 +136,11 @@ def decisions(model: Classifier, images: torch.Tensor) -> torch.Tensor:
 
 
 def start_noise(
-    ids: torch.Tensor, shape: tuple[int, ...], *, seed: int, stream: str, device: torch.device
+    ids: Sequence[int], shape: tuple[int, ...], *, seed: int, stream: str, device: torch.device | str
 ) -> torch.Tensor:
     """Uniform noise in [-1, 1] of `shape` per image id, fixed by (seed, stream, id) alone: (N, *shape)."""
     out = torch.empty(len(ids), *shape)
-    for row, image_id in enumerate(ids.tolist()):
+    for row, image_id in enumerate(int(i) for i in ids):
         digest = hashlib.blake2b(f"{seed}/{stream}/{image_id}".encode(), digest_size=8).digest()
         gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
         out[row] = torch.rand(shape, generator=gen).mul_(2.0).sub_(1.0)

@@ -17,7 +17,7 @@ DLR_EPS = 1e-12  # keeps DLR's denominator positive where the top classes tie (t
 def margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Carlini-Wagner margin max_{j != y} z_j - z_y per example: (B, C), (B,) -> (B,); > 0 means misclassified."""
     true = logits.gather(1, labels[:, None]).squeeze(1)  # (B,)
-    mask = F.one_hot(labels, logits.shape[1]).bool()
+    mask = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, labels[:, None], True)  # one_hot would check labels
     return logits.masked_fill(mask, float("-inf")).amax(dim=1) - true
 
 

@@ -4,19 +4,17 @@ it gives is never above any single attack's and is monotone in eps by constructi
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 
-def worst_case_broken(
-    broken: dict[str, dict[float, torch.Tensor]], grid: list[float], n: int
-) -> dict[float, torch.Tensor]:
+def worst_case_broken(broken: dict[str, dict[float, np.ndarray]], grid: list[float], n: int) -> dict[float, np.ndarray]:
     """broken[attack][eps] (n,) bool, for the eps each attack ran at -> per eps of `grid` (n,) bool."""
-    so_far = torch.zeros(n, dtype=torch.bool)
+    so_far = np.zeros(n, dtype=bool)
     out = {}
     for eps in sorted(grid):
         for per_eps in broken.values():
             for e, mask in per_eps.items():
                 if e <= eps:
-                    so_far = so_far | mask.cpu()
-        out[eps] = so_far.clone()
+                    so_far = so_far | np.asarray(mask, dtype=bool)
+        out[eps] = so_far.copy()
     return out

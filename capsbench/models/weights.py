@@ -107,10 +107,16 @@ def tensors_sha256(state: Mapping[str, torch.Tensor]) -> str:
     """A SHA-256 of a state dict by content: each tensor's name, dtype, shape and bytes, in name order. A module and the
     file its state dict was saved to (any format) have the same one."""
     digest = hashlib.sha256()
-    for key, tensor in sorted(state.items()):
-        flat = tensor.detach().cpu().contiguous().reshape(-1)
+    items = sorted(state.items())
+    raw = [t.detach().contiguous().reshape(-1) for _, t in items]
+    blob = torch.cat([t.view(torch.uint8) for t in raw if t.numel()] or [torch.zeros(0, dtype=torch.uint8)])
+    data = memoryview(blob.cpu().numpy()).cast("B")  # one copy to the host for the whole state (a GPU syncs once)
+    at = 0
+    for (key, tensor), flat in zip(items, raw):
+        size = flat.numel() * flat.element_size()
         digest.update(f"{key}|{flat.dtype}|{tuple(tensor.shape)}\n".encode())
-        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        digest.update(data[at:at + size])
+        at += size
     return digest.hexdigest()
 
 

@@ -53,6 +53,7 @@ class Context:
     protocol: TrainingProtocol
     resources: Any = None  # what the suite's prepare() returned, shared by every model and seed
     model_args: dict[str, Any] = field(default_factory=dict)  # the constructor arguments the model was built with
+    kept: dict[str, Any] = field(default_factory=dict)  # what measure() leaves for figures() of the same unit
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsbench.attacks import CATALOG
+from capsbench.attacks import CATALOG, check_attack_args
 from capsbench.errors import CapsbenchError
 from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
@@ -22,25 +22,18 @@ class RobustnessParams:
     # then in turn, each on the images every attack before it left robust (at this and every smaller eps)
     ensemble: list[str] = field(default_factory=lambda: ["apgd_targeted", "pgd_adaptive", "vote", "square"])
     extra_attacks: list[str] = field(default_factory=list)  # after the ensemble, the same way (e.g. autoattack)
-    pgd_steps: int = 50
-    pgd_step_ratio: float = 2.5  # step size = ratio * eps / steps
-    pgd_restarts: int = 1
-    pgd_targets: int | None = None  # pgd_adaptive's multi-targeted pass: the likeliest classes tried; null: all others
-    apgd_steps: int = 100  # iterations of every APGD pass (apgd, apgd_targeted)
-    long_apgd_steps: int | None = None  # APGD passes at eps >= long_eps run this many (null: apgd_steps at every eps)
-    long_eps: float = 0.15  # where the few images left robust get long_apgd_steps
-    apgd_restarts: int = 1  # random starts of apgd
-    apgd_targets: int | None = None  # apgd_targeted: the likeliest other classes tried; null: all others
+    attack_args: dict[str, Any] = field(default_factory=dict)  # attack -> its settings (capsbench.attacks: each
+    # attack's constructor arguments and their ranges), e.g. attack_args.apgd.steps=25
     attack_precision: str = "fp32"  # bf16: gradient attacks under bf16 autocast, breaks confirmed in fp32 (opt-in)
-    square_queries: int = 1000
-    batch_size: int = 500  # rows (image x eps pairs) attacked together
+    batch_size: int | None = None  # rows (image x eps x pass) in the pool at once; null: sized by the device
+    compact_every: int | None = None  # iterates between the pool's reads of the device; null: 1 on CPU, 8 on GPU
+    speculate: bool | None = None  # rows enter before what they wait for has finished; null: on a GPU only
     early_exit: bool = True  # stop attacking an image once broken (same records, less work)
     attack_seed: int = 0  # fixes random starts and the self-seeded attacks (Square, AutoAttack)
     near_zero: float = 1.0  # % accuracy at the largest eps below which the strongest attack counts as ~0
     examples: int = 8  # images in the adversarial-example grid per model
     detection_fpr: float | None = None  # set (e.g. 0.05): reconstruction-based detection for models with a decoder
     detection_val_images: int = 1000  # clean validation images the detector's threshold is set on
-    detection_weight: float = 1.0  # pgd_detect_aware's penalty: weight x (distance / threshold - 0.9), where > 0
 
     @staticmethod
     def validate(cfg: Any) -> None:
@@ -70,8 +63,8 @@ class RobustnessParams:
             raise CapsbenchError(
                 f"params.detection_fpr is a false-positive rate in (0, 1), e.g. 0.05; got {p.detection_fpr}"
             )
-        if p.detection_val_images < 1 or p.detection_weight < 0:
-            raise CapsbenchError("params.detection_val_images must be >= 1 and params.detection_weight >= 0")
+        if p.detection_val_images < 1:
+            raise CapsbenchError(f"params.detection_val_images must be >= 1, got {p.detection_val_images}")
         if not p.attacks and not p.ensemble:
             raise CapsbenchError("params.attacks and params.ensemble are empty: name at least one attack, e.g. "
                                  "params.attacks=[apgd]")
@@ -80,17 +73,11 @@ class RobustnessParams:
             raise CapsbenchError(
                 f"params.blackbox_eps.{cfg.dataset} must be a nonzero value of the eps grid {grid}, got {bb}"
             )
-        counts = ("pgd_steps", "pgd_restarts", "apgd_steps", "apgd_restarts", "batch_size", "square_queries")
-        if any(p[key] < 1 for key in counts):
-            raise CapsbenchError(f"params.{', '.join(counts)} must be >= 1")
-        if p.long_apgd_steps is not None and p.long_apgd_steps < 1:
-            raise CapsbenchError(f"params.long_apgd_steps must be >= 1, or null for apgd_steps at every eps; got "
-                                 f"{p.long_apgd_steps}")
+        for key in ("batch_size", "compact_every"):
+            if p[key] is not None and p[key] < 1:
+                raise CapsbenchError(f"params.{key} must be >= 1, or null to size it by the device; got {p[key]}")
+        check_attack_args(p.attack_args)
         check_device_precision(p.attack_precision, cfg.device, "params.attack_precision")
-        for key in ("pgd_targets", "apgd_targets"):
-            if p[key] is not None and p[key] < 0:
-                raise CapsbenchError(f"params.{key} must be >= 0 (0: no multi-targeted pass) or null for every "
-                                     f"other class, got {p[key]}")
 
 
 @dataclass(frozen=True)

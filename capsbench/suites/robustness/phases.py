@@ -1,0 +1,216 @@
+"""The attacks of one (model, seed), scheduled: in the order params names them (those reported alone, then the
+ensemble, then the extra attacks), consecutive row attacks as one pool of the row engine, each query attack on what
+the attacks before it left robust. Which image each attack broke at each eps, and what it cost; the suite turns that
+into records."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from capsbench.attacks import CATALOG, build, worst_case_broken
+from capsbench.attacks.base import EngineSettings, QueryAttack, RowAttack, without_unused_heads
+from capsbench.attacks.engine import Counts, RowEngine, pool_rows
+from capsbench.attacks.schedule import Job
+from capsbench.data import as_images
+from capsbench.util.progress import Progress, measured
+
+COMPACT_EVERY_GPU = 8  # iterates between the pool's reads on a GPU (on a CPU every iterate: a read is free there)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One attack of a unit: its name, whether it is reported alone (every clean-correct image at every eps) or in the
+    ensemble (what the earlier attacks left), and its eps values."""
+
+    name: str
+    alone: bool
+    eps: list[float]
+
+
+def planned(params: Any, grid: list[float], blackbox: float | None, *, everyone_alone: bool = False) -> list[Planned]:
+    """The unit's attacks in the order they run. A black-box attack runs at the black-box eps only, an ensemble attack
+    at the positive eps; with a detector (everyone_alone) every attack sees every image: one that an earlier attack
+    broke but the detector flags is not broken for the defended model."""
+    out = []
+    for name in [*params.attacks, *params.ensemble, *params.extra_attacks]:
+        alone = everyone_alone or name in params.attacks
+        eps = grid if CATALOG.get(name).white_box else [blackbox]
+        out.append(Planned(name, alone, eps if alone else [e for e in eps if e > 0]))
+    return out
+
+
+def engine_settings(params: Any, num_classes: int, device: str, model: torch.nn.Module,
+                    sample: torch.Tensor) -> EngineSettings:
+    """The engine's settings from params: the pool sized by the device where params.batch_size is null, reads every
+    iterate on a CPU and every COMPACT_EVERY_GPU iterates on a GPU, speculation on a GPU only (unless set)."""
+    gpu = str(device).startswith("cuda")
+    return EngineSettings(
+        num_classes=num_classes,
+        seed=params.attack_seed,
+        batch_size=params.batch_size or pool_rows(model, sample),
+        early_exit=params.early_exit,
+        precision=params.attack_precision,
+        compact_every=params.compact_every or (COMPACT_EVERY_GPU if gpu else 1),
+        speculate=gpu if params.speculate is None else bool(params.speculate),
+    )
+
+
+@dataclass
+class UnitAttacks:
+    """The attacks of one (model, seed) on the test images classified correctly clean (clean_ok, (N,) bool): per
+    attack and eps which images it broke (broken) and, where asked, the adversarial images; what each phase cost."""
+
+    model: torch.nn.Module
+    images: torch.Tensor  # (N, C, H, W) in [0, 1] on the model's device
+    labels: torch.Tensor  # (N,) on the model's device
+    clean_ok: np.ndarray  # (N,) bool
+    grid: list[float]
+    settings: EngineSettings
+    args: dict[str, Any]  # params.attack_args
+    keep: dict[str, np.ndarray] = field(default_factory=dict)  # attack -> images whose adversarial images to keep
+    broken: dict[str, dict[float, np.ndarray]] = field(default_factory=dict)  # (N,) bool per attack and eps
+    quietly: dict[str, dict[float, np.ndarray]] = field(default_factory=dict)  # kept out of the worst case
+    adversarial: dict[str, dict[float, torch.Tensor]] = field(default_factory=dict)  # (K, ...) per kept image
+    skipped: dict[str, str] = field(default_factory=dict)  # attack -> why it does not apply to the model
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase ("row_engine" or a query attack)
+    rows: dict[str, int] = field(default_factory=dict)  # images x eps > 0 attacked per phase
+    counts: Counts = field(default_factory=Counts)
+
+    def why_not(self, name: str, args: dict[str, Any] | None = None) -> str | None:
+        """Why attack `name` does not apply to this model (None: it does), probed without the decoder."""
+        with without_unused_heads(self.model):
+            return build(name, args or self.args.get(name)).applies_to(self.model, self.images[:1])
+
+    def run(self, attacks: list[Planned], *, credit: Callable[[float], None] | None = None,
+            overrides: dict[str, dict[str, Any]] | None = None, quiet: bool = False) -> None:
+        """Every attack of `attacks`, in order: runs of consecutive row attacks as one pool, each query attack on its
+        own. overrides: settings added to some attacks' (the detector's threshold); quiet: the breaks are recorded
+        but kept out of the worst case of later phases (the detection-aware attack). credit(share) follows the work
+        of the whole list."""
+        overrides = overrides or {}
+        chosen = []
+        for a in attacks:
+            args = {**(self.args.get(a.name) or {}), **overrides.get(a.name, {})}
+            reason = self.why_not(a.name, args)
+            if reason is not None:
+                self.skipped[a.name] = reason
+            else:
+                chosen.append((a, build(a.name, args)))
+        weights = [sum(attack.cost(e, self.settings.num_classes) for e in a.eps) for a, attack in chosen]
+        done, whole = 0.0, sum(weights) or 1.0
+        i = 0
+        while i < len(chosen):
+            j = i + 1
+            if isinstance(chosen[i][1], RowAttack):
+                while j < len(chosen) and isinstance(chosen[j][1], RowAttack):
+                    j += 1
+            weight = sum(weights[i:j])
+            share = (lambda s, d=done, w=weight: credit((d + w * s) / whole)) if credit else None
+            if isinstance(chosen[i][1], RowAttack):
+                self._pool(chosen[i:j], share, quiet)
+            else:
+                self._query(*chosen[i], share)
+            done += weight
+            i = j
+
+    def _pool(self, chosen: list[tuple[Planned, RowAttack]], share: Callable[[float], None] | None,
+              quiet: bool) -> None:
+        candidates = self.clean_ok
+        jobs = [Job(a.name, attack, a.eps, candidates, a.alone,
+                    {e: attack.passes(e, self.settings.num_classes) for e in a.eps}) for a, attack in chosen]
+        engine = RowEngine(self.model, self.images, self.labels, range(len(self.clean_ok)), self.grid,
+                           replace(self.settings, progress=_sharing(self.settings.progress, share)))
+        start = time.perf_counter()
+        outcomes = engine.run(jobs, prior_from=None if quiet else self._broken_from(),
+                              keep={a.name: self.keep[a.name] for a, _ in chosen if a.name in self.keep})
+        self.seconds["row_engine"] = self.seconds.get("row_engine", 0.0) + time.perf_counter() - start
+        self.rows["row_engine"] = self.rows.get("row_engine", 0) + sum(
+            int(candidates.sum()) * sum(e > 0 for e in a.eps) for a, _ in chosen)
+        for field_ in ("iterates", "forwards", "reads", "row_steps"):
+            setattr(self.counts, field_, getattr(self.counts, field_) + getattr(engine.counts, field_))
+        for (a, _), outcome in zip(chosen, outcomes):
+            column = {e: self.grid.index(e) for e in a.eps}
+            (self.quietly if quiet else self.broken)[a.name] = {e: outcome.broken[:, j].copy()
+                                                                for e, j in column.items()}
+            if outcome.adversarial is not None:
+                self.adversarial[a.name] = {e: outcome.adversarial[:, j] for e, j in column.items()}
+
+    def _query(self, a: Planned, attack: QueryAttack, share: Callable[[float], None] | None) -> None:
+        """A query attack at each of its eps, on the images every attack so far left robust there (alone: on every
+        clean-correct image)."""
+        start = time.perf_counter()
+        self.broken[a.name], self.adversarial[a.name] = {}, {}
+        worst = worst_case_broken(self.broken, a.eps, len(self.clean_ok))
+        for e in a.eps:
+            todo = self.clean_ok if a.alone else self.clean_ok & ~worst[e]
+            ids = np.nonzero(todo)[0]
+            mask = np.zeros(len(self.clean_ok), dtype=bool)
+            adversarial = self.images.clone()
+            if len(ids):
+                index = torch.from_numpy(ids).to(self.images.device)
+                settings = replace(self.settings, progress=_sharing(self.settings.progress, share))
+                result = attack.run(self.model, self.images[index], self.labels[index], ids.tolist(), [e], settings)
+                mask[ids] = result.broken[e].cpu().numpy()
+                adversarial[index] = result.adversarial[e]
+            if a.name in self.keep:
+                kept = torch.from_numpy(np.asarray(self.keep[a.name], dtype=np.int64)).to(self.images.device)
+                self.adversarial[a.name][e] = adversarial[kept]
+            self.broken[a.name][e] = mask
+            self.rows[a.name] = self.rows.get(a.name, 0) + len(ids) * (e > 0)
+        self.seconds[a.name] = time.perf_counter() - start
+
+    def _broken_from(self) -> np.ndarray:
+        """(N,) per image the grid index from which some attack so far broke it (len(grid): none)."""
+        worst = worst_case_broken(self.broken, self.grid, len(self.clean_ok))
+        out = np.full(len(self.clean_ok), len(self.grid))
+        for j, e in reversed(list(enumerate(self.grid))):
+            out[worst[e]] = j
+        return out
+
+
+def _sharing(progress: Callable[[int, int, int], None] | None,
+             share: Callable[[float], None] | None) -> Callable[[int, int, int], None] | None:
+    """A progress callback that also tells `share` the share of the phase done."""
+    if progress is None and share is None:
+        return None
+
+    def follow(done: int, total: int, left: int) -> None:
+        if progress is not None:
+            progress(done, total, left)
+        if share is not None:
+            share(done / total if total else 1.0)
+
+    return follow
+
+
+def attack_images(ctx: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The test images (N, C, H, W) in [0, 1] and labels (N,) on the unit's device."""
+    return as_images(ctx.splits.test_x, ctx.device), ctx.splits.test_y.to(ctx.device)
+
+
+def follow_bar(bar: Progress) -> Callable[[int, int, int], None]:
+    """Engine progress onto a bar: each phase starts the bar afresh (its own total and clock)."""
+
+    def follow(done: int, total: int, left: int) -> None:
+        if total != bar.total or done < bar.done:
+            bar.reset(total)
+        bar.update(done - bar.done)
+        bar.show(f"{left:,} rows in the pool")
+
+    return follow
+
+
+def credit_unit(images: int, passes: float) -> Callable[[float], None]:
+    """The unit's measuring credited in its declared passes (the clean pass, then the attacks' share)."""
+    measured(images)
+
+    def credit(share: float) -> None:
+        measured(images * (1.0 + passes * min(1.0, share)))
+
+    return credit
