@@ -20,6 +20,7 @@ import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads 
 # isort: split
 import argparse
 import tempfile
+import warnings
 
 import torch
 from omegaconf import OmegaConf
@@ -79,9 +80,20 @@ def main() -> None:
     model = smoke_cnn(args.device)
     per_step, per_epoch = train_counts(model, args.device)
     model.eval()
-    with ForwardCounter(type(model)) as calls, SyncCounter() as syncs:
-        capsbench.evaluate(model, "robustness", name="probe_cnn", progress=False, device=args.device,
-                           output_dir=f"{out}/probe", cache_dir=f"{out}/ckpt", **PROBE)
+    cuda = args.device.startswith("cuda")
+    with ForwardCounter(type(model)) as calls, SyncCounter() as syncs, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        if cuda:  # CUDA's own count of the synchronising calls, beside capsbench's
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            capsbench.evaluate(model, "robustness", name="probe_cnn", progress=False, device=args.device,
+                               output_dir=f"{out}/probe", cache_dir=f"{out}/ckpt", **PROBE)
+        finally:
+            if cuda:
+                torch.cuda.set_sync_debug_mode("default")
+    if cuda:
+        flagged = sum("synchroniz" in str(w.message) for w in seen)
+        print(f"torch.cuda.set_sync_debug_mode: {flagged} synchronising calls warned during the probe")
     for kind, count in syncs.counts.most_common():
         print(f"probe syncs {kind}: {count}")
     print(f"training: {per_step:.3f} syncing operations per optimizer step, {per_epoch} per epoch (validation, the "

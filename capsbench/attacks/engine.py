@@ -122,6 +122,7 @@ class RowEngine:
         self._rules = list(dict.fromkeys(p.rule for p in passes))
         self._steps = sorted({p.steps for p in passes})
         self._marks = mark_table(self._steps, self.device)
+        self._grid = torch.tensor(self.grid, dtype=torch.float32).to(self.device)
         kept = self._kept(jobs, keep or {})
         pool = _Pool(Rows.concat([]), self._empty(0))
         total, progress = schedule.declared(), s.progress
@@ -201,16 +202,18 @@ class RowEngine:
 
     def _pack(self, pool: _Pool, keep: np.ndarray, new: Rows, schedule: Schedule) -> _Pool:
         """The pool of the kept rows and the new ones, sorted into groups (forward pass, objective, loss, rule)."""
+        arriving = schedule.passes(new)
+        by_rule = sorted(range(len(new)), key=lambda r: (repr(arriving[r].rule), not arriving[r].random_start, r))
+        new = new.take(np.array(by_rule, dtype=np.int64))
         rows = Rows.concat([pool.rows.take(keep), new])
         passes = schedule.passes(rows)
         keys = [(p.objective.forward, p.rule.needs_gradient, repr(p.objective), p.loss, repr(p.rule)) for p in passes]
-        order = sorted(range(len(rows)), key=lambda r: (keys[r], r))
-        fresh = self._fresh(new, schedule.passes(new))
-        state = {name: torch.cat([pool.state[name][torch.from_numpy(keep).to(self.device)], fresh[name]])
+        order = np.array(sorted(range(len(rows)), key=lambda r: (keys[r], r)), dtype=np.int64)
+        fresh = self._fresh(new, passes[len(keep):])
+        moved = self._device(np.concatenate([keep, order]))  # one copy to the device for both
+        state = {name: torch.cat([pool.state[name][moved[:len(keep)]], fresh[name]])[moved[len(keep):]]
                  for name in fresh}
-        index = torch.tensor(order, dtype=torch.long).to(self.device)
-        state = {name: value[index] for name, value in state.items()}
-        rows = rows.take(np.array(order, dtype=np.int64))
+        rows = rows.take(order)
         groups: list[_Group] = []
         for position, r in enumerate(order):
             p = passes[r]
@@ -221,6 +224,13 @@ class RowEngine:
                 groups.append(_Group(p.objective, p.loss, p.rule, position, position + 1))
         return _Pool(rows, state, groups)
 
+    def _device(self, array: np.ndarray) -> torch.Tensor:
+        """A host array on the device, copied without making the host wait (pinned memory, non-blocking)."""
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        if self.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
     def _empty(self, n: int) -> dict[str, torch.Tensor]:
         shape = tuple(self.images.shape[1:])
         fields = {**CORE, **state_fields(getattr(self, "_rules", []))}
@@ -229,50 +239,52 @@ class RowEngine:
                 for name, kind in fields.items()}
 
     def _fresh(self, new: Rows, passes: list[Pass]) -> dict[str, torch.Tensor]:
-        """The state of rows entering the pool: x(0) (the clean image, or a random start scaled by eps), the eps-box,
-        label, target, steps, and each step rule's own state."""
+        """The state of rows entering the pool (each rule's rows contiguous, random starts first): x(0) (the clean
+        image, or its rule's start point from a random draw), the eps-box, label, target, steps, key and each step
+        rule's own state; two copies to the device, one of numbers and one of random draws."""
         s = self._empty(len(new))
         if not len(new):
             return s
-        image = torch.from_numpy(new.image).to(self.device)
+        ranked = list(self._rankings)
+        numbers = np.array([
+            new.image, new.eps, [p.steps for p in passes], [self._steps.index(p.steps) for p in passes],
+            [row_key(self.settings.seed, p.stream, self.ids[i]) for p, i in zip(passes, new.image.tolist())],
+            [p.target - 1 if p.loss in TARGETED else 0 for p in passes],
+            [ranked.index(p.objective) if p.loss in TARGETED else -1 for p in passes],
+        ], dtype=np.int64)
+        image, eps_index, steps, schedule, key, rank, ranking = self._device(numbers)
+        starting = [r for r, p in enumerate(passes) if p.random_start]
+        noise = self._device(torch.stack([self._start(passes[r], int(new.image[r])) for r in starting]).numpy()) \
+            if starting else None
         clean = self.images[image]
-        eps = torch.tensor([self.grid[j] for j in new.eps], dtype=torch.float32).to(self.device)
+        eps = self._grid[eps_index]
         s["lower"] = (clean - per_row(eps, clean)).clamp(min=0.0)
         s["upper"] = (clean + per_row(eps, clean)).clamp(max=1.0)
         s["x"] = clean.clone()
-        for rule in dict.fromkeys(p.rule for p in passes if p.random_start):
-            mine = [r for r, p in enumerate(passes) if p.random_start and p.rule == rule]
-            noise = torch.stack([self._start(passes[r], int(new.image[r])) for r in mine])
-            at = torch.tensor(mine, device=self.device)
-            s["x"][at] = rule.start_point(clean[at], eps[at], noise, s["lower"][at], s["upper"][at])
-        s["key"] = torch.tensor([row_key(self.settings.seed, p.stream, self.ids[i]) for p, i in
-                                 zip(passes, new.image.tolist())], dtype=torch.long).to(self.device)
+        s.update(key=key, label=self.labels[image], eps=eps, steps=steps, schedule=schedule)
+        for o, objective in enumerate(ranked):
+            chosen = self._rankings[objective][image, rank]
+            s["target"] = torch.where(ranking == o, chosen, s["target"])
+        drawn = 0
+        for rule, start, end in _blocks([p.rule for p in passes]):
+            block = slice(start, end)
+            random = sum(passes[r].random_start for r in range(start, end))  # they come first in the block
+            if random:
+                at = slice(start, start + random)
+                s["x"][at] = rule.start_point(clean[at], eps[at], noise[drawn:drawn + random], s["lower"][at],
+                                              s["upper"][at])
+                drawn += random
+            rule.start({name: value[block] for name, value in s.items()}, eps[block], steps[block].float())
         s["adversarial"] = s["x"].clone()
-        s["label"] = self.labels[image]
-        s["eps"] = eps
-        steps = torch.tensor([p.steps for p in passes], dtype=torch.long).to(self.device)
-        s["steps"] = steps
-        s["schedule"] = torch.tensor([self._steps.index(p.steps) for p in passes], dtype=torch.long).to(self.device)
-        targeted = [r for r, p in enumerate(passes) if p.loss in TARGETED]
-        if targeted:
-            rank = torch.tensor([passes[r].target - 1 for r in targeted], dtype=torch.long).to(self.device)
-            ranking = torch.stack([self._rankings[passes[r].objective][i] for r, i in
-                                   zip(targeted, new.image[targeted].tolist())])
-            s["target"][torch.tensor(targeted, device=self.device)] = ranking.gather(1, rank[:, None]).squeeze(1)
-        for rule in dict.fromkeys(passes_rules := [p.rule for p in passes]):
-            mine = torch.tensor([r for r, q in enumerate(passes_rules) if q == rule], device=self.device)
-            view = {name: s[name][mine] for name in s}
-            rule.start(view, eps[mine], steps[mine].float())
-            for name in rule.state:
-                s[name][mine] = view[name]
         return s
 
     def _start(self, p: Pass, image: int) -> torch.Tensor:
-        """The random start (C, H, W) in [-1, 1] of a pass's stream for one image, drawn once per image and stream."""
+        """The random draw (C, H, W) in [-1, 1] of a pass's stream for one image, on the host, drawn once per image
+        and stream."""
         key = (p.stream, image)
         if key not in self._noise:
             self._noise[key] = start_noise([self.ids[image]], tuple(self.images.shape[1:]),
-                                           seed=self.settings.seed, stream=p.stream, device=self.device)[0]
+                                           seed=self.settings.seed, stream=p.stream, device="cpu")[0]
         return self._noise[key]
 
     @torch.no_grad()
@@ -385,6 +397,15 @@ def pool_rows(model: Classifier, sample: torch.Tensor) -> int:
     per_row = (torch.cuda.max_memory_allocated(sample.device) - before) / 64 + 12 * x[0].numel() * 4
     del x, grad
     return int(min(MAX_ROWS, max(CPU_ROWS, GPU_MEMORY_SHARE * free / per_row)))
+
+
+def _blocks(items: list[Any]) -> Iterator[tuple[Any, int, int]]:
+    """(item, start, end) of each run of equal consecutive items."""
+    start = 0
+    for i in range(1, len(items) + 1):
+        if i == len(items) or items[i] != items[start]:
+            yield items[start], start, i
+            start = i
 
 
 def row_key(seed: int, stream: str, image_id: int) -> int:
