@@ -13,6 +13,14 @@ from pathlib import Path
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 3
+SHOWN_CHARS = 80  # of a value a message quotes
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """A value as a one-line message quotes it: whole, or its start and how long it is (a list of 10,000 seeds is not
+    echoed back)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text):,} characters)"
 
 
 class CapsbenchError(Exception):

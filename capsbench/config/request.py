@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from yaml import YAMLError
 
-from capsbench.errors import CapsbenchError
+from capsbench.errors import CapsbenchError, clipped
 
 COMMENT = re.compile(r"\s#")  # where YAML would start a comment
 EXAMPLE = "config=my_run.yaml holding `register: {mycaps: mypkg.caps:MyCaps}`"
@@ -131,9 +131,9 @@ def _value(key: str, text: str) -> Any:
     try:
         value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
     except YAMLError as exc:
-        problem = str(exc).splitlines()[0]
+        problem = str(exc).splitlines()[0].split(". ")[0]
         raise CapsbenchError(
-            f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)") from None
+            f"cannot read {key}={clipped(text)}: {problem} (lists are written [a,b]; quote odd values)") from None
     plain = not text.lstrip().startswith(("[", "{", "'", '"'))
     return text if plain and (COMMENT.search(text) or isinstance(value, dict)) else value
 
