@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from capsbench.data.files import DATA_FILES, by_hand, check_damaged, missing_text
 from capsbench.errors import CapsbenchError
 from capsbench.suites import CATALOG
+from capsbench.util.paths import resolved
 from capsbench.util.sqlite_file import damage, recovery
 from capsbench.util.uris import remote_address, sqlite_path
 
@@ -77,6 +78,7 @@ def check_writable(directory: str, key: str, fix: str | None = None) -> None:
     """`directory` (the setting `key`) is, or can be created as, a directory this process may write in."""
     fix = fix or f"choose another {key}="
     path = Path(directory)
+    resolved(path, key)
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -94,6 +96,10 @@ def check_tracking(uri: str, *, reading: bool = False) -> None:
     remote store (server or database) answers within TIMEOUT_S."""
     db = sqlite_path(uri)
     if db is not None:
+        if resolved(db, "the MLflow store").exists() and not db.is_file():
+            what = "a directory" if db.is_dir() else "no regular file"
+            raise CapsbenchError(f"the MLflow store {db} is {what}, not a SQLite file: point tracking.uri= at a file "
+                                 "(sqlite:///path/to/mlflow.db) or choose another output_dir=")
         problem = damage(db) if db.is_file() and os.access(db, os.R_OK) else None
         if problem is not None:
             raise CapsbenchError(f"the MLflow store {db} {problem}, so the runs it may hold cannot be read; it is left "

@@ -12,6 +12,7 @@ from typing import Any
 from capsbench.config.request import Request
 from capsbench.config.schema import RunConfig
 from capsbench.errors import CapsbenchError
+from capsbench.util.paths import resolved
 from capsbench.util.registry import close_matches
 
 KEYS = ("cache_dir", "output_dir")
@@ -30,7 +31,7 @@ def cache_directory(request: Request) -> Path:
     chosen = str(raw["cache_dir"]) if raw.get("cache_dir") else os.environ.get("CAPSBENCH_CACHE")
     if not chosen:
         chosen = str(Path(raw.get("output_dir") or RunConfig.output_dir) / "checkpoints")
-    return Path(chosen).expanduser().resolve()
+    return resolved(chosen, "cache_dir")
 
 
 def _from_checkpoint(path: Path) -> dict[str, Any]:
