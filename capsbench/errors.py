@@ -1,8 +1,9 @@
 """User-facing errors: what was wrong, what was expected, how to fix it, and the exit status each ends with.
 
-Exit statuses of `capsbench` (docs/outputs.md): 0 every planned unit finished; 2 bad input or environment, refused
-before anything was written; 3 the run started and a unit failed (or a fault stopped it); 130 / 143 SIGINT / SIGTERM,
-every open MLflow run ended KILLED.
+Exit statuses of `capsbench` (docs/outputs.md): 0 every planned unit finished; 1 a check-model check failed (from any
+other command: an unforeseen error, a bug); 2 bad input or environment, refused before anything was written; 3 the run
+started and a unit failed (or a fault stopped it, or standard output could not be written); 130 / 143 SIGINT /
+SIGTERM, every open MLflow run ended KILLED; 141 standard output closed by its reader.
 """
 
 from __future__ import annotations
