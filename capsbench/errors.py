@@ -53,7 +53,8 @@ def _size(n: int) -> str:
 
 
 def no_space_message(path: Path, needed: int | None) -> str:
-    """'no space left on device writing PATH (needs at least N MB, M MB free there); ...' for a full filesystem."""
+    """'no space left on device writing PATH (needs at least N MB, M MB free there); ...' for a full filesystem, or
+    what the file-size limit is where this process has one (`ulimit -f`)."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -62,25 +63,38 @@ def no_space_message(path: Path, needed: int | None) -> str:
     except OSError:
         free = "free space unknown"
     need = f"needs at least {_size(needed)}, " if needed else ""
-    return (
-        f"no space left on device writing {path} ({need}{free}); free some space or point output_dir= / cache_dir= "
-        "at a larger disk, then run the same command again (finished units and checkpoints are kept)"
-    )
+    then = "then run the same command again (finished units and checkpoints are kept)"
+    if (limit := file_size_limit()) is not None:
+        return (f"no room to write {path}: this process may write files of at most {_size(limit)} (ulimit -f) "
+                f"({need}{free}); raise the limit (ulimit -f unlimited), {then}")
+    return (f"no space left on device writing {path} ({need}{free}); free some space or point output_dir= / "
+            f"cache_dir= at a larger disk, {then}")
+
+
+def file_size_limit() -> int | None:
+    """The largest file this process may write, in bytes (the soft RLIMIT_FSIZE, `ulimit -f`), None without one."""
+    import resource  # POSIX only, as the limit is
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def is_no_space(exc: BaseException) -> bool:
-    """Whether `exc` or an exception it was raised from is a full disk: OSError ENOSPC/EDQUOT, or SQLite's
-    SQLITE_FULL (which SQLAlchemy and MLflow wrap)."""
+    """Whether `exc` or an exception it was raised from is a write that found no room: a full disk (OSError
+    ENOSPC/EDQUOT, or SQLite's SQLITE_FULL, which SQLAlchemy and MLflow wrap) or the file-size limit (OSError EFBIG,
+    or SQLite's I/O error while this process has such a limit: SQLite reports the limit no other way)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             return True
-        if getattr(current, "sqlite_errorcode", None) == SQLITE_FULL:
+        code = getattr(current, "sqlite_errorcode", None)
+        if code == SQLITE_FULL or (code is not None and code & 0xFF == SQLITE_IOERR and file_size_limit() is not None):
             return True
         current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
     return False
 
 
 SQLITE_FULL = 13  # sqlite3.SQLITE_FULL: "database or disk is full"
+SQLITE_IOERR = 10  # sqlite3.SQLITE_IOERR: "disk I/O error" (an extended code keeps it in its low byte)
