@@ -369,12 +369,14 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
 def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench report`: tables, figures and claims across the tracked runs."""
     from capsbench.config.compose import compose_report  # lazy: torch-free, but --help does not need it
-    from capsbench.config.preflight import check_tracking  # lazy, as above
+    from capsbench.config.preflight import check_tracking, check_writable  # lazy, as above
 
     _check_format(fmt)
     try:
         cfg = compose_report(_request(overrides))
         check_tracking(cfg.tracking.uri, reading=True)
+        check_writable(cfg.output_dir, "output_dir", "the report is written under it: choose another output_dir= "
+                                                     f"and read this store with tracking.uri={cfg.tracking.uri}")
         from capsbench.reporting.report import build_report  # heavy: only once the input is known to be good
         from capsbench.util.progress import redirect_logging  # loaded already by the line above
 

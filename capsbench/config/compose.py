@@ -158,6 +158,8 @@ def compose_report(request: Request) -> DictConfig:
     cfg = _merge(OmegaConf.structured(ReportConfig), request.line, "the command line")
     if cfg.budget is not None and cfg.budget not in BUDGETS:
         raise CapsbenchError(f"unknown budget {cfg.budget!r}: {close_matches(cfg.budget, list(BUDGETS))}")
+    if cfg.suite not in (None, "claims"):  # suite=claims: every suite, and the claims table
+        CATALOG.get(cfg.suite)  # an unknown name fails here, before the report's libraries load, with close matches
     out = resolved(cfg.output_dir, "output_dir")
     cfg.output_dir = str(out)
     if cfg.tracking.uri is None:

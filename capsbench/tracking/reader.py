@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
-from capsbench.tracking.store import check_store, folders_from_paths, mlflow_client
+from capsbench.tracking.store import check_store, folders_from_paths, mlflow_client, store_faults
 from capsbench.util.stats import decode_outcomes
 
 REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
@@ -57,19 +57,8 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
     Killed invocations, and failed ones that tabulated nothing, are skipped; a failed unit never contributes.
     """
     check_store(uri)
-    client = mlflow_client(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise CapsbenchError(
-            f"no MLflow experiment {experiment!r} at {uri}; run `capsbench run` first or set tracking.experiment="
-        )
-    runs, token = [], None
-    while True:
-        page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
-        runs += list(page)
-        token = page.token
-        if not token:
-            break
+    with store_faults(uri):
+        runs = _every_run(uri, experiment)
     children: dict[str, list[Any]] = defaultdict(list)
     for run in runs:
         if "mlflow.parentRunId" in run.data.tags:
@@ -104,6 +93,23 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
             )
         )
     return out
+
+
+def _every_run(uri: str, experiment: str) -> list[Any]:
+    """Every run of the experiment, parent and nested."""
+    client = mlflow_client(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise CapsbenchError(
+            f"no MLflow experiment {experiment!r} at {uri}; run `capsbench run` first or set tracking.experiment="
+        )
+    runs, token = [], None
+    while True:
+        page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
 
 
 @contextmanager

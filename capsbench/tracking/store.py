@@ -189,18 +189,49 @@ def ensure_store(uri: str, artifact_root: Path) -> None:
         except (MlflowException, SQLAlchemyError) as exc:
             if is_no_space(exc):
                 raise NoSpace(db) from exc
-            problem = str(exc).strip().splitlines()[0][:200]
+            problem = _first_line(exc)
         runs = _run_count(db)
         if runs != 0:
-            held = f"holds {runs} run(s)" if runs else "may hold runs (it is damaged or no SQLite database)"
-            raise CapsbenchError(f"the MLflow store {db} {held} but cannot be opened ({problem}); it is left as it "
-                                 f"is: {recovery(db, uri, damaged=runs is None)}")
+            raise _unopenable(db, uri, problem, runs)
         aside = db.with_name(f"{db.name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
         _forget_engine(uri)
         db.replace(aside)
         log.warning("the MLflow store %s was half-built and holds no runs (%s); moved it to %s and building it again",
                     db, problem, aside.name)
     _build(db, artifact_root)
+
+
+@contextmanager
+def store_faults(uri: str) -> Iterator[None]:
+    """Around reading or opening a SQLite store: an error MLflow raises because SQLite finds the file damaged, or
+    because an older MLflow wrote it, becomes one CapsbenchError saying how to recover its runs; others pass as
+    they are (a full disk, a store that SQLite finds whole)."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (MlflowException, SQLAlchemyError) as exc:
+        db = sqlite_path(uri)
+        if db is None or is_no_space(exc) or not db.is_file():
+            raise
+        runs = _run_count(db)
+        if runs is None or "out-of-date database schema" in str(exc):
+            raise _unopenable(db, uri, _first_line(exc), runs) from None
+        raise
+
+
+def _unopenable(db: Path, uri: str, problem: str, runs: int | None) -> CapsbenchError:
+    """The one line for a store that holds runs (or may: `runs` is None when SQLite finds it damaged) but cannot be
+    opened, with how to recover them."""
+    held = "may hold runs (it is damaged or no SQLite database)" if runs is None else f"holds {runs} run(s)"
+    return CapsbenchError(f"the MLflow store {db} {held} but cannot be opened ({problem}); it is left as it is: "
+                          f"{recovery(db, uri, damaged=runs is None)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's first sentence (MLflow's go on with advice of their own), at most 200 characters."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:200]
 
 
 def _forget_engine(uri: str) -> None:
