@@ -19,6 +19,7 @@ from typing import Any
 
 from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 from capsbench.tracking.environment import process_alive
+from capsbench.tracking.relocation import relocate
 from capsbench.util.sqlite_file import recovery
 from capsbench.util.uris import sqlite_path, sqlite_uri
 
@@ -87,6 +88,7 @@ def open_experiment(uri: str, experiment: str, artifact_root: Path) -> str:
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(
             experiment, artifact_location=artifact_root.resolve().as_uri())
+        relocate(uri, exp_id)  # an output folder copied or moved whole: its runs write inside it
         if exp is None or exp.tags.get(EXPERIMENT_KIND[0]) is None:
             client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
     return exp_id
