@@ -1,7 +1,8 @@
 """Models from outside the package, registered beside the built-ins under an alias: `register.<alias>=pkg.mod:Obj` (on
 the command line or in a YAML config), the entry-point group `capsbench.models`, or a model instance given to
-capsbench.evaluate. Obj is a class or a factory function. Torch-free until a model is built: what Obj accepts is read
-from its source with ast; it is imported when built, by the run's pre-flight check, before anything is written."""
+capsbench.evaluate. Obj is a torch.nn.Module class or a factory function annotated to return one. Torch-free until a
+model is built: what Obj accepts is read from its source with ast; it is imported when built, by the run's pre-flight
+check, before anything is written."""
 
 from __future__ import annotations
 
