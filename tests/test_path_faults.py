@@ -1,6 +1,6 @@
 """Paths that cannot be used, each refused before work with one line (exit 2) and nothing written: a symbolic-link
-loop in any path setting (output_dir, data.root, cache_dir, weights.<model>, a SQLite tracking.uri), and an MLflow
-store that is a directory."""
+loop in any path setting (output_dir, data.root, cache_dir, weights.<model>, a SQLite tracking.uri), a name too long
+for the file system, and an MLflow store that is a directory."""
 
 import pytest
 from typer.testing import CliRunner
@@ -47,3 +47,10 @@ def test_a_store_that_is_a_directory_is_one_line_before_work(tmp_path, mnist_roo
                                                                             if command is RUN else [])])
     refused(result, f"the MLflow store {tmp_path / 'mlflow.db'} is a directory, not a SQLite file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
+def test_a_name_too_long_for_the_file_system_is_one_line_quoted_short(tmp_path, mnist_root):
+    out = tmp_path / ("a" * 300)
+    result = CliRunner().invoke(app, [*RUN, f"data.root={mnist_root}", f"output_dir={out}"])
+    refused(result, f"output_dir {str(out)[:60]}... ({len(str(out)):,} characters) cannot be used: File name too long")
+    assert list(tmp_path.iterdir()) == []
