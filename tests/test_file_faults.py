@@ -119,3 +119,13 @@ def test_a_pickle_that_would_run_code_is_refused_saying_why(tmp_path, save, said
     assert str(refused.value).startswith(
         f"weights.ext: cannot read {tmp_path / 'w.pt'} as weights (it holds Python objects, not only tensors, and "
         f"capsbench loads weights with weights_only=True so that a file cannot run code: {said}); save a state dict")
+
+
+def test_an_empty_weights_file_and_a_config_that_is_no_regular_file_say_so(tmp_path):
+    (tmp_path / "w.pt").write_bytes(b"")
+    with pytest.raises(CapsbenchError, match=r"^weights\.ext: \S+w\.pt is empty \(0 bytes\): an interrupted copy or "
+                                             r"save\? Save the state dict again"):
+        read_state_dict(tmp_path / "w.pt", "weights.ext")
+    result = CliRunner().invoke(app, ["run", "suite=accuracy", "config=/dev/null", f"output_dir={tmp_path / 'out'}"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: config=/dev/null: not a regular file; give a YAML")

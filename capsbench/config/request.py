@@ -109,7 +109,8 @@ def read_user_config(value: str | None) -> tuple[dict[str, Any], str]:
     if path.is_dir():
         raise CapsbenchError(f"config={value} is a directory; give a YAML file of settings, e.g. {EXAMPLE}")
     if not path.is_file():
-        raise CapsbenchError(f"config={value}: no such file; give a YAML file of settings, e.g. {EXAMPLE}")
+        what = "no such file" if not path.exists() else "not a regular file"
+        raise CapsbenchError(f"config={value}: {what}; give a YAML file of settings, e.g. {EXAMPLE}")
     raw = path.read_bytes()
     try:
         raw.decode("utf-8")

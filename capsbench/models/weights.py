@@ -30,6 +30,9 @@ REFUSED = re.compile(r"WeightsUnpickler error:\s*(.+)|(Trying to load unsupporte
 
 def read_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
     """The tensors of a weights file, on the CPU; a {"state_dict": {...}} wrapper (as Lightning saves) is unwrapped."""
+    if path.stat().st_size == 0:
+        raise CapsbenchError(f"{where}: {path} is empty (0 bytes): an interrupted copy or save? Save the state dict "
+                             "again: torch.save(model.state_dict(), 'w.pt')")
     try:
         if path.suffix == ".safetensors":
             state = load_file(str(path), device="cpu")
