@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -83,18 +84,31 @@ def is_no_space(exc: BaseException) -> bool:
     """Whether `exc` or an exception it was raised from is a write that found no room: a full disk (OSError
     ENOSPC/EDQUOT, or SQLite's SQLITE_FULL, which SQLAlchemy and MLflow wrap) or the file-size limit (OSError EFBIG,
     or SQLite's I/O error while this process has such a limit: SQLite reports the limit no other way)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             return True
         code = getattr(current, "sqlite_errorcode", None)
         if code == SQLITE_FULL or (code is not None and code & 0xFF == SQLITE_IOERR and file_size_limit() is not None):
             return True
-        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
     return False
 
 
+def store_moved(exc: BaseException) -> bool:
+    """Whether `exc` or an exception it was raised from is SQLite finding its database file deleted or moved while
+    open (SQLITE_READONLY_DBMOVED: "attempt to write a readonly database")."""
+    return any(getattr(current, "sqlite_errorcode", None) == SQLITE_READONLY_DBMOVED for current in _chain(exc))
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from (causes, contexts, and the driver errors SQLAlchemy wraps)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
+
+
 SQLITE_FULL = 13  # sqlite3.SQLITE_FULL: "database or disk is full"
+SQLITE_READONLY_DBMOVED = 1032  # SQLITE_READONLY (8) | 4 << 8: the database file was unlinked or renamed
 SQLITE_IOERR = 10  # sqlite3.SQLITE_IOERR: "disk I/O error" (an extended code keeps it in its low byte)

@@ -1,6 +1,7 @@
 """Faults of the MLflow store and its folder, each one line with a documented exit status: another application's SQLite
 database as the store; a store damaged mid-file or written by an older MLflow, refused by `report` as by `run`; an
-output folder `report` cannot write; a file-size limit while the store is built."""
+output folder `report` cannot write; a file-size limit while the store is built; the output folder deleted while a
+run writes to it."""
 
 import os
 import resource
@@ -12,9 +13,11 @@ from contextlib import closing
 from random import Random
 
 import pytest
+from conftest import make_splits
 from typer.testing import CliRunner
 
 from capsbench.cli import app
+from capsbench.run import execute
 from capsbench.tracking import ensure_store
 from capsbench.util.sqlite_file import foreign_tables
 from capsbench.util.uris import sqlite_uri
@@ -152,3 +155,27 @@ def test_an_unknown_suite_is_refused_by_report_before_its_libraries_load(tmp_pat
     assert probe.codes == [2] and probe.heavy == [], probe.stderr
     said = "error: unknown suite 'acuracy': did you mean 'accuracy'? (see `capsbench list suites`)"
     assert probe.stderr.strip() == said
+
+
+@pytest.mark.slow
+def test_an_output_folder_deleted_during_the_run_stops_it_in_one_line(tmp_path, mnist_root, monkeypatch):
+    """`rm -rf` of the output folder after the first unit: SQLite finds its file gone at the next write; the run stops
+    with one line (exit 3) and recreates nothing."""
+    out, measured, measure = tmp_path / "out", [], execute.execute
+
+    def deleting_before_the_second(spec, emit):
+        measured.append(spec.model)
+        if len(measured) == 2:
+            shutil.rmtree(out)
+        return measure(spec, emit)
+
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    monkeypatch.setattr(execute, "execute", deleting_before_the_second)
+    result = CliRunner().invoke(app, [*RUN[:-1], "models=[cnn_9x9,capsnet]", f"data.root={mnist_root}",
+                                      f"output_dir={out}"])
+    assert result.exit_code == 3, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: the MLflow store {out / 'mlflow.db'} was deleted or moved while this run wrote to it "
+                      "(its output folder removed?), so nothing more can be logged; run the same command again: it "
+                      "measures what is missing and reuses the checkpoints still in the cache"], result.output
+    assert "Traceback" not in result.output and not out.exists() and measured == ["cnn_9x9", "capsnet"]

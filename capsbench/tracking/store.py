@@ -82,6 +82,9 @@ def open_experiment(uri: str, experiment: str, artifact_root: Path) -> str:
     """The experiment's id, creating the store and the experiment (artifacts beside the outputs) when missing."""
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # MLflow logs each failed write with its traceback before it raises; the exception itself still reaches capsbench,
+    # which tells a full disk or a deleted store in one line (and passes anything else on whole)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     with store_lock(uri):  # one process creates and migrates a new store and the experiment; others wait
         ensure_store(uri, artifact_root)
         client = mlflow_client(uri)

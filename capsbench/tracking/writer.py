@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from capsbench.errors import CapsbenchError, NoSpace, is_no_space
+from capsbench.errors import CapsbenchError, NoSpace, RunFailed, is_no_space, store_moved
 from capsbench.tracking.environment import process_tags
 from capsbench.tracking.metrics import CURVES, Metric, curve_metrics, metric_key, record_metrics
 from capsbench.tracking.store import end_runs, mlflow_client, open_experiment, recover_stale_runs, store_faults
@@ -244,6 +244,11 @@ class Tracker:
         except (OSError, MlflowException, SQLAlchemyError) as exc:
             if is_no_space(exc):
                 raise NoSpace(getattr(exc, "filename", None) or sqlite_path(self.uri) or self.artifact_root) from exc
+            db = sqlite_path(self.uri)
+            if db is not None and (store_moved(exc) or not db.is_file()):
+                raise RunFailed(f"the MLflow store {db} was deleted or moved while this run wrote to it (its output "
+                                "folder removed?), so nothing more can be logged; run the same command again: it "
+                                "measures what is missing and reuses the checkpoints still in the cache") from exc
             raise
 
     def _batch(self, run_id: str, *, params: dict[str, Any] | None = None, metrics: list[Metric] | None = None) -> None:
