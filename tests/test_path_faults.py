@@ -54,3 +54,24 @@ def test_a_name_too_long_for_the_file_system_is_one_line_quoted_short(tmp_path, 
     result = CliRunner().invoke(app, [*RUN, f"data.root={mnist_root}", f"output_dir={out}"])
     refused(result, f"output_dir {str(out)[:60]}... ({len(str(out)):,} characters) cannot be used: File name too long")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("blocked, status", [pytest.param("accuracy/units", 3, marks=pytest.mark.slow), ("runs", 2)])
+def test_a_file_where_an_output_folder_belongs_is_one_line(tmp_path, mnist_root, monkeypatch, blocked, status):
+    """A file named like the unit store's folder (found when the first unit's result is kept: exit 3) or the run
+    folders' (found before any unit: exit 2): named, never a FileExistsError traceback."""
+    from conftest import make_splits
+
+    from capsbench.run import execute
+
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    out = tmp_path / "out"
+    (out / blocked).parent.mkdir(parents=True, exist_ok=True)
+    (out / blocked).write_text("not a folder")
+    result = CliRunner().invoke(app, [*RUN, "train.epochs=1", "threads=1", "tracking.enabled=false",
+                                      f"data.root={mnist_root}", f"output_dir={out}"])
+    assert result.exit_code == status, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: cannot create the folder "), result.output
+    assert f": {out / blocked} is a file where a folder belongs; move it away" in errors[0]
+    assert "Traceback" not in result.output
