@@ -2,8 +2,9 @@
 
 `--help`, `--version`, `list` and `show-config` never import torch: heavy modules load inside the commands that
 need them, after the input and the machine are checked. Exit statuses (capsbench.errors): 0 every unit finished,
-2 bad input (nothing written), 3 a unit failed or a fault stopped the run (`report`: a suite was skipped, the others
-reported), 130 / 143 SIGINT / SIGTERM."""
+1 a check-model check failed, 2 bad input (nothing written), 3 a unit failed or a fault stopped the run (`report`: a
+suite was skipped, the others reported; any command: standard output could not be written), 130 / 143 SIGINT /
+SIGTERM, 141 standard output closed by its reader."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import typer
 from capsbench.errors import EXIT_RUN_FAILED, CapsbenchError
 from capsbench.util.registry import close_matches
 from capsbench.util.signals import exit_status, ignore_signals, received, signals_raise
+from capsbench.util.stdout import OutputLost, guard_stdout, silence_stdout
 from capsbench.util.uris import browse_hint
 from capsbench.util.version import __version__
 
@@ -367,12 +369,14 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
 def report(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text") -> None:
     """`capsbench report`: tables, figures and claims across the tracked runs."""
     from capsbench.config.compose import compose_report  # lazy: torch-free, but --help does not need it
-    from capsbench.config.preflight import check_tracking  # lazy, as above
+    from capsbench.config.preflight import check_tracking, check_writable  # lazy, as above
 
     _check_format(fmt)
     try:
         cfg = compose_report(_request(overrides))
         check_tracking(cfg.tracking.uri, reading=True)
+        check_writable(cfg.output_dir, "output_dir", "the report is written under it: choose another output_dir= "
+                                                     f"and read this store with tracking.uri={cfg.tracking.uri}")
         from capsbench.reporting.report import build_report  # heavy: only once the input is known to be good
         from capsbench.util.progress import redirect_logging  # loaded already by the line above
 
@@ -607,9 +611,15 @@ def show_config(overrides: Overrides = None, fmt: Format = "text") -> None:
 def main() -> None:
     """The console script's entry point: a SIGINT or SIGTERM that no command reported (one held while the modules
     imported, one during parsing, or in a command that writes nothing half-way) ends with one line, 130 or 143."""
+    guard_stdout()
     try:
         with signals_raise():
             app()
+    except OutputLost as exc:  # the work is done and kept; only what the command printed is cut short
+        silence_stdout()
+        typer.echo(f"error: {exc}; what the command made is kept (files, checkpoints, MLflow runs), only what it "
+                   "printed is cut short: send it to a file (> FILE) to read it whole", err=True)
+        raise SystemExit(exc.status) from None
     except KeyboardInterrupt as exc:  # a signal held while the modules imported, raised before the command started
         _Told.signal = True
         typer.echo(f"error: {_signal_name(exit_status(exc) - 128)}: before the command started; nothing was written",

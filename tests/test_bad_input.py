@@ -39,6 +39,9 @@ BAD = [
     (ACC + ["seeds=0"], r"seeds takes a list of integers, got 0; e\.g\. seeds=\[0\]"),
     (ACC + ["seeds=[a]"], r"seeds\[0\].*seeds takes a list of integers"),
     (ACC + ["seeds=[0,0]"], r"seeds lists 0 more than once"),
+    (ACC + ["seeds=[99999999999999999999]"], r"seeds must be integers from 0 to 4294967295 \(2\*\*32 - 1\), got "
+                                             r"\[99999999999999999999\]"),
+    (ACC + ["seeds=[4294967296]"], r"seeds must be integers from 0 to 4294967295"),
     (ACC + ["seeds=[0,1"], r"cannot read seeds=\[0,1.*lists are written \[a,b\]"),
     (ACC + ["models=capsnet"], r"models takes a list of names, got 'capsnet'; e\.g\. models=\[capsnet\]"),
     (ACC + ["device=gpu"], r"device must be one of auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
@@ -63,6 +66,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message, tmp_path
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
     assert re.search(message, lines[0]), lines[0]
     assert list(tmp_path.iterdir()) == []  # no output directory, no data folders
+
+
+def test_a_long_value_is_quoted_by_its_start_and_length(tmp_path):
+    """seeds=[0,1,...,9999] (48,890 characters) is refused without echoing it back."""
+    seeds = "[" + ",".join(map(str, range(10_000))) + "]"
+    result = CliRunner().invoke(app, _args([*ACC, f"seeds={seeds}"], tmp_path))
+    assert result.exit_code == 2 and len(result.output) < 400, result.output[:400]
+    assert result.output.startswith(f"error: cannot read seeds={seeds[:60]}... ({len(seeds):,} characters): ")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_data_root_from_the_environment_is_named(tmp_path):

@@ -97,3 +97,24 @@ def test_state_mismatch_names_keys_and_shapes():
     assert checkpoints.state_mismatch(expected, {"a.weight": torch.ones(3, 3), "b": torch.ones(1)}) == (
         "missing a.bias; unexpected b; shape a.weight (3, 3) instead of (2, 3)")
     assert checkpoints.state_mismatch(expected, [1, 2]) == "it holds a list, not a state dict"
+
+
+def test_a_checkpoint_cut_where_torch_raises_oserror_is_moved_aside_and_listed(smoke_cfg, tiny_splits, caplog):
+    """Cut to 20,000 bytes, a finished checkpoint makes torch.load raise OSError (EINVAL from its zip reader), not the
+    RuntimeError of other lengths: still named, moved aside and trained again, and `list checkpoints` marks it."""
+    from capsbench.run.checkpoint_list import list_checkpoints
+
+    first = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    with first.path.open("r+b") as fh:
+        fh.truncate(20_000)
+    with pytest.raises(OSError):
+        torch.load(first.path, weights_only=True)
+    (row,) = list_checkpoints(first.path.parent)
+    assert row["key"] == first.key and not row["readable"]
+    with caplog.at_level(logging.WARNING, logger="capsbench.train.checkpoints"):
+        again = obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits)
+    assert not again.cached and again.key == first.key
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(first.path) in warning and "OSError" in warning and "training again" in warning
+    assert len(list(first.path.parent.glob(f"{first.key}.ckpt.corrupt-*"))) == 1
+    assert obtain_model(smoke_cfg, "cnn_9x9", 0, tiny_splits).cached

@@ -50,6 +50,25 @@ def test_list_text_and_json_without_torch(cache, tmp_path, cli_probe):
     assert row["epochs"] == 1 and row["lr"] == 0.003 and row["torch"] == trained[0].meta["identity"]["torch"]
 
 
+@pytest.mark.parametrize("edit", [
+    lambda side: side.update(identity="garbage"),
+    lambda side: side["identity"].update(train={"lr": "fast"}, source={"hash": 5}),
+    lambda side: side.update(best_val_accuracy="0.9"),
+], ids=["identity a string", "wrong types inside", "accuracy a string"])
+def test_a_sidecar_edited_out_of_its_shape_is_read_from_the_file(cache, edit):
+    """A sidecar of the checkpoint's size and time but not of the shape capsbench writes (edited by hand or another
+    program) is not trusted: the row comes from the checkpoint, as without a sidecar."""
+    from pathlib import Path
+
+    directory, trained = cache
+    before = list_checkpoints(Path(directory))
+    side_path = trained[0].path.with_suffix(".json")
+    side = json.loads(side_path.read_text())
+    edit(side)
+    side_path.write_text(json.dumps(side))
+    assert list_checkpoints(Path(directory)) == before
+
+
 def test_a_checkpoint_without_sidecar_is_read_from_the_file(cache):
     directory, trained = cache
     from pathlib import Path

@@ -4,12 +4,15 @@ differences and pooled McNemar, Welch, ratio, exact count) and each protocol che
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import report_fixtures as fixtures
+from typer.testing import CliRunner
 
+from capsbench.cli import app
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.claim_files import Check, Claim, Side, load_claims, load_claims_file
 from capsbench.reporting.claim_tests import Evidence
@@ -317,8 +320,30 @@ def test_a_malformed_claim_names_file_and_key(tmp_path: Path):
         "source: {id: x, citation: X}\nclaims:\n  - {id: a, statement: s, where: w, suite: accuracy, "
         "dataset: mnist, metric: test_acc, better: {model: capsnet}, worse: {model: cnn_sabour}}\n"
     )
-    with pytest.raises(CapsbenchError, match=r"bad.yaml: 'claims\[0\].metric' = 'test_acc' is not a metric"):
+    with pytest.raises(CapsbenchError, match=r"bad.yaml, claim a: 'claims\[0\].metric' = 'test_acc' is not a metric"):
         load_claims_file(path)
+
+
+EPS_7 = ("source: {id: x, citation: X}\nclaims:\n  - {id: big-eps, statement: s, where: w, suite: robustness, "
+         "dataset: mnist, metric: robust_accuracy, sweep: {attack: fgsm, eps: 7}, better: {model: capsnet}, "
+         "worse: {model: cnn_sabour}}\n")
+EPS_7_SAID = r"bad.yaml, claim big-eps: 'claims\[0\].sweep.eps' = 7 must be an L-inf radius in \[0, 1\]"
+
+
+def test_a_sweep_value_no_run_can_measure_names_the_file_and_the_claim(tmp_path: Path):
+    (tmp_path / "bad.yaml").write_text(EPS_7)
+    with pytest.raises(CapsbenchError, match=EPS_7_SAID):
+        load_claims_file(tmp_path / "bad.yaml")
+
+
+def test_run_suite_claims_refuses_such_a_claims_file_before_work(tmp_path: Path):
+    """Not as a params.eps the user never set: the claims file and claim, exit 2, nothing written."""
+    (tmp_path / "baselines" / "claims").mkdir(parents=True)
+    (tmp_path / "baselines" / "claims" / "bad.yaml").write_text(EPS_7)
+    result = CliRunner().invoke(app, ["run", "suite=claims", "budget=smoke", "claims=[big-eps]", "device=cpu",
+                                      f"baselines_dir={tmp_path / 'baselines'}", f"output_dir={tmp_path / 'out'}"])
+    assert result.exit_code == 2 and re.search(EPS_7_SAID, result.output), result.output
+    assert len(result.output.splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,7 @@ def test_runs_that_differ_are_never_silently_mixed(other, message):
 
 def test_where_and_which_seeds_may_differ():
     check_comparable([inv("a", 1), inv("b", 2, params={"seeds": "[2, 3]", "output_dir": "/elsewhere"})])
+    check_comparable([inv("a", 1), inv("b", 2, params={"remeasure": "True"})])  # measured again, the same way
     # a model left out by models= is not compared
     check_comparable(
         [inv("a", 1), inv("b", 2, model_args={"capsnet": {"routing_iterations": "1"}, **{"cnn_9x9": ARGS["cnn_9x9"]}})],

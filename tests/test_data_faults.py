@@ -5,6 +5,7 @@ nothing written); a data folder that goes away during a run is one line (exit 3)
 import gzip
 import hashlib
 import math
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -31,13 +32,13 @@ def write_idx(path: Path, shape: tuple[int, ...], *, magic: int | None = None, s
         fh.truncate(idx.header_size(len(shape)) + math.prod(shape) if size is None else size)
 
 
-def mnist_like(root: Path, name: str = "mnist") -> Path:
-    """The four files of `name` with their official headers and sizes under root: its raw folder."""
+def mnist_like(root: Path, real: Path, name: str = "mnist") -> Path:
+    """Links under root to the four official files of `name` under `real`: its raw folder."""
     spec = DATA_FILES[name]
     raw = root / spec.folder
     raw.mkdir(parents=True)
-    for file, content in spec.contents.items():
-        write_idx(raw / file, content.shape)
+    for file in spec.contents:
+        (raw / file).symlink_to(real / spec.folder / file)
     return raw
 
 
@@ -51,9 +52,10 @@ def mnist_like(root: Path, name: str = "mnist") -> Path:
     (lambda p: write_idx(p, (60_000,)), "its header says 60,000, expected 10,000: it is another file of this name"),
     (lambda p: p.write_bytes(b"\0\0"), "it ends inside its 8-byte header"),
 ], ids=["cut in half", "wrong magic", "other dimensions", "no header"])
-def test_a_damaged_idx_file_is_named_with_what_was_expected(tmp_path, name, damage, said):
-    raw = mnist_like(tmp_path, name)
+def test_a_damaged_idx_file_is_named_with_what_was_expected(tmp_path, mnist_root, name, damage, said):
+    raw = mnist_like(tmp_path, mnist_root, name)
     assert DATA_FILES[name].damaged(tmp_path) == []
+    (raw / LABELS).unlink()
     damage(raw / LABELS)
     assert DATA_FILES[name].damaged(tmp_path) == [(raw / LABELS, said)]
     with pytest.raises(CapsbenchError) as err:
@@ -164,7 +166,9 @@ def linked_mnist(root: Path, mnist_root: Path) -> Path:
 @pytest.mark.parametrize("damage, said", [
     (lambda real, p: p.write_bytes(real.read_bytes()[:5_004]), "it holds 5,004 bytes, expected 10,008"),
     (lambda real, p: p.write_bytes(b"\0\0\x08\x03" + real.read_bytes()[4:]), "its magic number is 0x00000803"),
-], ids=["cut in half", "wrong magic"])
+    (lambda real, p: p.write_bytes(real.read_bytes()[:8] + bytes([200]) + real.read_bytes()[9:]),
+     "its MD5 is [0-9a-f]{32}, the official file's is 27ae3e4e09519cfbb04c329615203637: it is damaged or another file"),
+], ids=["cut in half", "wrong magic", "a label of 200"])
 def test_a_damaged_mnist_file_stops_the_run_before_work_naming_it(tmp_path, mnist_root, damage, said):
     raw = linked_mnist(tmp_path / "data", mnist_root)
     (raw / LABELS).unlink()
@@ -173,7 +177,8 @@ def test_a_damaged_mnist_file_stops_the_run_before_work_naming_it(tmp_path, mnis
     result = CliRunner().invoke(app, [*RUN, f"data.root={tmp_path / 'data'}", f"output_dir={tmp_path / 'out'}"])
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [result.output.strip()]
-    assert result.output.startswith(f"error: mnist file {raw / LABELS} is damaged: {said}"), result.output
+    said = f"error: mnist file {re.escape(str(raw / LABELS))} is damaged: {said}"
+    assert re.match(said, result.output), result.output
     assert not (tmp_path / "out").exists() and sorted(p.name for p in raw.iterdir()) == before
 
 

@@ -4,6 +4,8 @@ config= file as UTF-8 text and as a file, weights as tensors whose dtypes fit th
 naming the tensor, never cast), and a pickled object refused in a whole sentence."""
 
 import json
+import os
+import pickle
 import re
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from typer.testing import CliRunner
 from capsbench.cli import app
 from capsbench.errors import CapsbenchError
 from capsbench.models.external import register_alias
-from capsbench.models.weights import load_weights
+from capsbench.models.weights import load_weights, read_state_dict
 from capsbench.run import driver, execute
 from capsbench.run.plan import plan
 from capsbench.run.store import UnitStore, _canonical, _digest
@@ -94,3 +96,36 @@ def test_a_pickled_model_is_refused_in_whole_sentences(tmp_path):
         "capsbench loads weights with weights_only=True so that a file cannot run code: Unsupported global: GLOBAL "
         "byo_models.plain.PlainNet was not an allowed global by default); save a state dict: "
         "torch.save(model.state_dict(), 'w.pt') or safetensors.torch.save_file(model.state_dict(), 'w.safetensors')")
+
+
+class RunsACommand:
+    """What a malicious weights file pickles: an object whose unpickling calls os.system."""
+
+    def __reduce__(self):
+        return os.system, ("true",)
+
+
+@pytest.mark.parametrize("save, said", [
+    (lambda obj, path: torch.save({"w": obj}, path), "Trying to load unsupported GLOBAL posix.system whose module "
+                                                      "posix is blocked"),
+    (lambda obj, path: path.write_bytes(pickle.dumps({"w": obj})), "Unsupported operand 149"),
+], ids=["torch.save", "pickle.dump"])
+def test_a_pickle_that_would_run_code_is_refused_saying_why(tmp_path, save, said):
+    """Not as torch's bare "Weights only load failed": what the file holds, why it is refused, and what the unpickler
+    found."""
+    save(RunsACommand(), tmp_path / "w.pt")
+    with pytest.raises(CapsbenchError) as refused:
+        read_state_dict(tmp_path / "w.pt", "weights.ext")
+    assert str(refused.value).startswith(
+        f"weights.ext: cannot read {tmp_path / 'w.pt'} as weights (it holds Python objects, not only tensors, and "
+        f"capsbench loads weights with weights_only=True so that a file cannot run code: {said}); save a state dict")
+
+
+def test_an_empty_weights_file_and_a_config_that_is_no_regular_file_say_so(tmp_path):
+    (tmp_path / "w.pt").write_bytes(b"")
+    with pytest.raises(CapsbenchError, match=r"^weights\.ext: \S+w\.pt is empty \(0 bytes\): an interrupted copy or "
+                                             r"save\? Save the state dict again"):
+        read_state_dict(tmp_path / "w.pt", "weights.ext")
+    result = CliRunner().invoke(app, ["run", "suite=accuracy", "config=/dev/null", f"output_dir={tmp_path / 'out'}"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: config=/dev/null: not a regular file; give a YAML")

@@ -293,3 +293,33 @@ def test_a_cuda_run_never_starts_several_unit_processes_on_one_gpu(settings, wor
         compose(["suite=accuracy", "device=cuda", *settings], resolve_device=False)
     compose(["suite=accuracy", "device=cuda", *settings, "slurm.array_parallelism=1", "ray.gpus_per_unit=1"],
             resolve_device=False)  # one process per GPU: allowed
+
+
+@pytest.mark.slow
+def test_a_ray_started_here_requires_a_token_of_its_own_that_no_file_holds(tmp_path, monkeypatch):
+    """Ray binds its servers to every interface, so the Ray a run starts requires a token made for that run: its
+    workers hold it, no file does (not ~/.ray/auth_token), and the settings it replaced come back afterwards."""
+    pytest.importorskip("ray")
+    import ray
+    from ray._raylet import AuthenticationMode, get_authentication_mode
+
+    from capsbench.run.launchers import ray_tasks
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a user's setting: overridden for the Ray capsbench starts
+    seen = {}
+
+    def probe(self, units, on_event):
+        seen["mode"] = get_authentication_mode()
+        seen["worker"] = ray.get(ray.remote(lambda: (os.environ.get("RAY_AUTH_MODE"),
+                                                     len(os.environ.get("RAY_AUTH_TOKEN", "")))).remote())
+        yield from ()
+
+    monkeypatch.setattr(ray_tasks.RayLauncher, "_run", probe)
+    cfg = compose(["suite=accuracy", "budget=smoke", "device=cpu", "launcher=ray", "ray.num_cpus=1",
+                   f"output_dir={tmp_path / 'out'}"])
+    assert list(ray_tasks.RayLauncher(cfg).run(plan(cfg)[:1], lambda event: None)) == []
+    assert seen["worker"] == ("token", 64) and seen["mode"] == AuthenticationMode.TOKEN
+    assert not (tmp_path / ".ray" / "auth_token").exists() and not ray.is_initialized()
+    assert os.environ["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in os.environ
+    assert get_authentication_mode() == AuthenticationMode.DISABLED

@@ -28,12 +28,13 @@ CODE_A, CODE_B = "a" * 64, "b" * 64
 
 
 def invocation(out: Path, seeds: list[int], *, code: str | None = CODE_A, commit: str = "1" * 40,
-               dirty: bool = False, failing: str | None = None, suite: str = "accuracy", budget: str = "smoke") -> str:
+               dirty: bool = False, failing: str | None = None, suite: str = "accuracy", budget: str = "smoke",
+               settings: tuple[str, ...] = ()) -> str:
     """One logged `capsbench run suite=<suite> budget=<budget>` of the fixed records of `seeds` (robustness: capsnet's
     records of the default run); `failing`: a model whose unit failed (no records, no model arguments), which makes the
-    parent FAILED. Returns the parent's run id."""
+    parent FAILED; `settings`: more key=value settings of the command. Returns the parent's run id."""
     uri = sqlite_uri(out / "mlflow.db")
-    cfg = compose([f"suite={suite}", f"budget={budget}", "device=cpu", "threads=1", f"output_dir={out}"])
+    cfg = compose([f"suite={suite}", f"budget={budget}", "device=cpu", "threads=1", f"output_dir={out}", *settings])
     tracker = Tracker(uri=uri, experiment="capsbench", artifact_root=out / "mlartifacts")
     tags = {"suite": suite, "budget": budget, "version.capsbench": __version__, "git.commit": commit,
             "git.dirty": str(dirty).lower(), **({"code.hash": code} if code else {})}
@@ -153,3 +154,14 @@ def test_the_claims_table_only_when_asked_and_no_absolute_path_in_any_output(tmp
     runs = sorted(tmp_path.joinpath("runs").glob("*/*/report"))
     assert len(runs) == 2  # each report in its own folder; report/ holds the latest's files
     assert (runs[-1] / "report.md").read_text() == (root / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_measured_again_with_remeasure_shares_the_table_of_the_first(tmp_path):
+    """remeasure=true says that the units were measured again, not how: the run and the same run with remeasure=true
+    are reported together (the later measurement of each seed counts)."""
+    invocation(tmp_path, [0])
+    invocation(tmp_path, [0], settings=("remeasure=true",))
+    result = report(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "different settings" not in result.output

@@ -215,3 +215,22 @@ def test_a_forward_pass_that_hangs_in_the_check_before_work_is_named_within_seco
     assert "(its import, constructor or forward pass on 16 images has not returned) after " in said[-1]
     assert [line for line in rest.splitlines() if line.startswith("error:")] == [rest.strip()]
     assert not (tmp_path / "out" / "accuracy").exists()
+
+
+@pytest.mark.parametrize("target, said", [
+    ("subprocess:Popen", "is a class but no subclass of torch.nn.Module"),
+    ("subprocess:call", "is a function not annotated to return a torch.nn.Module: annotate it, def call(...) -> "
+                        "nn.Module"),
+])
+def test_a_callable_that_builds_no_model_is_refused_before_it_is_called(tmp_path, mnist_root, target, said):
+    """A shared config file names code: register.x=subprocess:Popen with model_args.x.args=[touch, FILE] would run the
+    command were it called. It never is: one line, exit 2, nothing written, FILE never made."""
+    touched = tmp_path / "touched"
+    result = CliRunner().invoke(app, ["run", "suite=accuracy", "budget=smoke", "models=[x]", f"register.x={target}",
+                                      f"model_args.x.args=[touch,{touched}]", f"data.root={mnist_root}",
+                                      f"output_dir={tmp_path / 'out'}"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: model 'x': {target} {said}; capsbench calls nothing else, so that a config naming any callable "
+        "cannot run it")
+    assert not touched.exists() and not (tmp_path / "out").exists()

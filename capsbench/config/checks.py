@@ -4,6 +4,7 @@ valid choices or range."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from omegaconf import DictConfig
 from capsbench.config.launch import LAUNCHERS, require_extra
 from capsbench.data import DATASETS
 from capsbench.data.catalog import TEST_DRAWS
-from capsbench.errors import CapsbenchError
+from capsbench.errors import CapsbenchError, clipped
 from capsbench.models import MODELS, check_model_arguments
 from capsbench.util.precision import check_train_precision
 from capsbench.util.registry import close_matches
@@ -68,6 +69,9 @@ AFFINE_RULES: dict[str, Rule] = {
 }
 
 
+MAX_SEED = 2**32 - 1  # the largest seed every generator a unit seeds takes (torch's, NumPy's; per-epoch seeds derive)
+
+
 def check_ranges(node: Any, rules: dict[str, Rule], prefix: str) -> None:
     """Each key of `node` named in `rules` must satisfy its rule."""
     for key, (ok, words) in rules.items():
@@ -80,10 +84,10 @@ def _names(values: Any, what: str, example: str) -> list:
     items = list(values)
     if not items:
         raise CapsbenchError(f"{what} is empty: give at least one, for example {what}={example}")
-    repeated = sorted({str(v) for v in items if items.count(v) > 1})
+    repeated = sorted(str(v) for v, n in Counter(items).items() if n > 1)
     if repeated:
         raise CapsbenchError(
-            f"{what} lists {', '.join(repeated)} more than once; give each once, e.g. {what}={example}"
+            f"{what} lists {clipped(', '.join(repeated))} more than once; give each once, e.g. {what}={example}"
         )
     return items
 
@@ -120,8 +124,8 @@ def validate(cfg: DictConfig, *, explicit_root: str | None, model_trains: dict[s
     model's train settings (train with its model_train overrides merged in)."""
 
     seeds = _names(cfg.seeds, "seeds", "[0,1,2]")
-    if min(seeds) < 0:
-        raise CapsbenchError(f"seeds must be integers >= 0, got {seeds}")
+    if not all(0 <= s <= MAX_SEED for s in seeds):
+        raise CapsbenchError(f"seeds must be integers from 0 to {MAX_SEED} (2**32 - 1), got {clipped(seeds)}")
     for name in _names(cfg.models, "models", "[capsnet]"):
         check_model_arguments(name, {})
     for name, args in cfg.model_args.items():

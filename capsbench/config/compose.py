@@ -23,6 +23,7 @@ from capsbench.config.shape import check_shapes, describe_error
 from capsbench.data.files import default_data_root
 from capsbench.errors import CapsbenchError
 from capsbench.suites import CATALOG
+from capsbench.util.paths import resolved
 from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
 from capsbench.util.shipped import shipped_dir
@@ -157,7 +158,9 @@ def compose_report(request: Request) -> DictConfig:
     cfg = _merge(OmegaConf.structured(ReportConfig), request.line, "the command line")
     if cfg.budget is not None and cfg.budget not in BUDGETS:
         raise CapsbenchError(f"unknown budget {cfg.budget!r}: {close_matches(cfg.budget, list(BUDGETS))}")
-    out = Path(cfg.output_dir).expanduser().resolve()
+    if cfg.suite not in (None, "claims"):  # suite=claims: every suite, and the claims table
+        CATALOG.get(cfg.suite)  # an unknown name fails here, before the report's libraries load, with close matches
+    out = resolved(cfg.output_dir, "output_dir")
     cfg.output_dir = str(out)
     if cfg.tracking.uri is None:
         cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(out / "mlflow.db")
@@ -167,16 +170,17 @@ def compose_report(request: Request) -> DictConfig:
 def _resolve_defaults(cfg: DictConfig) -> str | None:
     """Fill in the derived defaults; returns where data.root came from ("data.root" or "CAPSBENCH_DATA"), None
     when it is the default download directory."""
-    out = Path(cfg.output_dir).expanduser().resolve()
+    out = resolved(cfg.output_dir, "output_dir")
     cfg.output_dir = str(out)
     explicit = (
         "data.root" if cfg.data.root is not None else "CAPSBENCH_DATA" if os.environ.get("CAPSBENCH_DATA") else None
     )
     if cfg.data.root is None:
         cfg.data.root = os.environ.get("CAPSBENCH_DATA") or str(default_data_root())
-    cfg.data.root = str(Path(cfg.data.root).expanduser().resolve())
+    cfg.data.root = str(resolved(cfg.data.root, "data.root"))
     if cfg.cache_dir is None:
         cfg.cache_dir = os.environ.get("CAPSBENCH_CACHE") or str(out / "checkpoints")
+    cfg.cache_dir = str(resolved(cfg.cache_dir, "cache_dir"))
     if cfg.tracking.uri is None:
         cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(out / "mlflow.db")
     return explicit

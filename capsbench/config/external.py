@@ -4,14 +4,13 @@ and weights files (weights.<model>=PATH)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig
 
 from capsbench.config.request import Request
 from capsbench.errors import CapsbenchError
 from capsbench.models import MODELS
 from capsbench.models.external import DIMENSIONS, WEIGHT_SUFFIXES, discover, external_spec, register_alias
+from capsbench.util.paths import resolved
 
 
 def register_external(cfg: DictConfig) -> None:
@@ -38,7 +37,7 @@ def check_external(cfg: DictConfig) -> None:
     they require."""
     for name, value in cfg.weights.items():
         MODELS.get(str(name))  # an unknown model: the error lists the names
-        path = Path(str(value)).expanduser().resolve()
+        path = resolved(str(value), f"weights.{name}")
         if path.suffix not in WEIGHT_SUFFIXES:
             raise CapsbenchError(
                 f"weights.{name}={value}: expected a state dict (.pt or .pth) or a .safetensors file"

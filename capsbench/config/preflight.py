@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig
 
 from capsbench.data.files import DATA_FILES, by_hand, check_damaged, missing_text
-from capsbench.errors import CapsbenchError
+from capsbench.errors import CapsbenchError, clipped
 from capsbench.suites import CATALOG
-from capsbench.util.sqlite_file import damage, recovery
+from capsbench.util.paths import resolved
+from capsbench.util.sqlite_file import damage, foreign_tables, recovery
 from capsbench.util.uris import remote_address, sqlite_path
 
 TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time is taken as unreachable
@@ -77,6 +78,7 @@ def check_writable(directory: str, key: str, fix: str | None = None) -> None:
     """`directory` (the setting `key`) is, or can be created as, a directory this process may write in."""
     fix = fix or f"choose another {key}="
     path = Path(directory)
+    resolved(path, key)
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -94,10 +96,18 @@ def check_tracking(uri: str, *, reading: bool = False) -> None:
     remote store (server or database) answers within TIMEOUT_S."""
     db = sqlite_path(uri)
     if db is not None:
+        if resolved(db, "the MLflow store").exists() and not db.is_file():
+            what = "a directory" if db.is_dir() else "no regular file"
+            raise CapsbenchError(f"the MLflow store {db} is {what}, not a SQLite file: point tracking.uri= at a file "
+                                 "(sqlite:///path/to/mlflow.db) or choose another output_dir=")
         problem = damage(db) if db.is_file() and os.access(db, os.R_OK) else None
         if problem is not None:
             raise CapsbenchError(f"the MLflow store {db} {problem}, so the runs it may hold cannot be read; it is left "
                                  f"as it is: {recovery(db, uri, damaged=True)}")
+        if db.is_file() and os.access(db, os.R_OK) and (tables := foreign_tables(db)):
+            raise CapsbenchError(f"the MLflow store {db} is another application's SQLite database (tables "
+                                 f"{clipped(', '.join(tables))}), which MLflow would write its own tables into; it is "
+                                 "left as it is: point tracking.uri= (or output_dir=) at a new or MLflow-made file")
         if not reading:
             check_writable(str(db.parent), "the MLflow store's folder", "choose another tracking.uri= or output_dir=")
             for path in (db, db.with_name(db.name + ".lock")):

@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from yaml import YAMLError
 
-from capsbench.errors import CapsbenchError
+from capsbench.errors import CapsbenchError, clipped
 
 COMMENT = re.compile(r"\s#")  # where YAML would start a comment
 EXAMPLE = "config=my_run.yaml holding `register: {mycaps: mypkg.caps:MyCaps}`"
@@ -109,7 +109,8 @@ def read_user_config(value: str | None) -> tuple[dict[str, Any], str]:
     if path.is_dir():
         raise CapsbenchError(f"config={value} is a directory; give a YAML file of settings, e.g. {EXAMPLE}")
     if not path.is_file():
-        raise CapsbenchError(f"config={value}: no such file; give a YAML file of settings, e.g. {EXAMPLE}")
+        what = "no such file" if not path.exists() else "not a regular file"
+        raise CapsbenchError(f"config={value}: {what}; give a YAML file of settings, e.g. {EXAMPLE}")
     raw = path.read_bytes()
     try:
         raw.decode("utf-8")
@@ -131,9 +132,9 @@ def _value(key: str, text: str) -> Any:
     try:
         value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]  # type: ignore[index]
     except YAMLError as exc:
-        problem = str(exc).splitlines()[0]
+        problem = str(exc).splitlines()[0].split(". ")[0]
         raise CapsbenchError(
-            f"cannot read {key}={text}: {problem} (lists are written [a,b]; quote odd values)") from None
+            f"cannot read {key}={clipped(text)}: {problem} (lists are written [a,b]; quote odd values)") from None
     plain = not text.lstrip().startswith(("[", "{", "'", '"'))
     return text if plain and (COMMENT.search(text) or isinstance(value, dict)) else value
 

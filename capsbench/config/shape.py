@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from capsbench.errors import CapsbenchError
+from capsbench.errors import CapsbenchError, clipped
 
 WORDS = {int: "an integer", float: "a number", str: "a name", bool: "true or false"}
 PLURAL = {int: "integers", float: "numbers", str: "names", bool: "booleans"}
@@ -77,10 +77,10 @@ def _fits(tp: Any, value: Any) -> bool:
 
 def _form(value: Any) -> str:
     if isinstance(value, dict):
-        return f"a mapping {value}"
+        return f"a mapping {clipped(value)}"
     if isinstance(value, list):
-        return f"the list {value}"
-    return repr(value)
+        return f"the list {clipped(value)}"
+    return clipped(repr(value))
 
 
 def _keys(current: Any) -> list[str]:

@@ -111,11 +111,13 @@ class DataFiles:
         return text
 
 
-def _idx(gz_md5: tuple[str, ...]) -> dict[str, Content]:
+def _idx(gz_md5: tuple[str, ...], md5: tuple[str, ...]) -> dict[str, Content]:
     """The four IDX files of an MNIST-like dataset (60,000 training and 10,000 test images of 28 x 28), with
-    torchvision's MD5s of their gzipped forms (torchvision.datasets.MNIST.resources and FashionMNIST's)."""
+    torchvision's MD5s of their gzipped forms (torchvision.datasets.MNIST.resources and FashionMNIST's) and the MD5s of
+    those files decompressed (what torchvision's download leaves beside them), so that an edited byte of an
+    uncompressed file (a label of 200) is found before work too."""
     shapes = ((60_000, 28, 28), (60_000,), (10_000, 28, 28), (10_000,))
-    return {name: Content(shape=shape, gz_md5=md5) for name, shape, md5 in zip(_IDX, shapes, gz_md5)}
+    return {name: Content(shape=shape, gz_md5=gz, md5=raw) for name, shape, gz, raw in zip(_IDX, shapes, gz_md5, md5)}
 
 
 _CIFAR_MD5 = ("c99cafc152244af753f735de768cd75f", "d4bba439e000b95fd0a9bffe97cbabec",
@@ -129,13 +131,17 @@ DATA_FILES: dict[str, DataFiles] = {
         "MNIST/raw", _IDX, "http://yann.lecun.com/exdb/mnist/", gz=True, torchvision="MNIST",
         download_url="https://ossci-datasets.s3.amazonaws.com/mnist/",
         contents=_idx(("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
-                       "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c")),
+                       "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c"),
+                      ("6bbc9ace898e44ae57da46a324031adb", "a25bea736e30d166cdddb491f175f624",
+                       "2646ac647ad5339dbf082846283269ea", "27ae3e4e09519cfbb04c329615203637")),
     ),
     "fashion_mnist": DataFiles(
         "FashionMNIST/raw", _IDX, "https://github.com/zalandoresearch/fashion-mnist (Debian: dataset-fashion-mnist)",
         gz=True, torchvision="FashionMNIST", download_url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
         contents=_idx(("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
-                       "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310")),
+                       "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310"),
+                      ("f4a8712d7a061bf5bd6d2ca38dc4d50a", "9018921c3c673c538a1fc5bad174d6f9",
+                       "8181f5470baa50b63fa0f6fddb340f0a", "15d484375f8d13e6eb1aabb0c3f46965")),
     ),
     "cifar10": DataFiles(
         "cifar-10-batches-py", _CIFAR, "https://www.cs.toronto.edu/~kriz/cifar.html (the python version)",

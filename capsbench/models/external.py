@@ -1,7 +1,8 @@
 """Models from outside the package, registered beside the built-ins under an alias: `register.<alias>=pkg.mod:Obj` (on
 the command line or in a YAML config), the entry-point group `capsbench.models`, or a model instance given to
-capsbench.evaluate. Obj is a class or a factory function. Torch-free until a model is built: what Obj accepts is read
-from its source with ast; it is imported when built, by the run's pre-flight check, before anything is written."""
+capsbench.evaluate. Obj is a torch.nn.Module class or a factory function annotated to return one. Torch-free until a
+model is built: what Obj accepts is read from its source with ast; it is imported when built, by the run's pre-flight
+check, before anything is written."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import importlib.util
 import inspect
 import logging
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,8 +98,10 @@ class ExternalSpec:
                 f"model {self.alias!r}: {module} failed to import: {where_failed(exc, module)}"
             ) from None
         obj = getattr(loaded, name, None)
-        if not callable(obj):
-            raise CapsbenchError(f"model {self.alias!r}: {self.target} is not a class or function")
+        why = _not_a_model(obj, name)
+        if why is not None:
+            raise CapsbenchError(f"model {self.alias!r}: {self.target} {why}; capsbench calls nothing else, so that a "
+                                 "config naming any callable cannot run it")
         return obj
 
     def build(self, **kwargs: Any) -> Any:
@@ -138,6 +142,24 @@ class ExternalSpec:
         if self.instance is None or code is None:
             return code
         return hashlib.sha256(f"{code}\n{self.attributes_sha256}".encode()).hexdigest()
+
+
+def _not_a_model(obj: Any, name: str) -> str | None:
+    """Why `obj` does not say, before it is called, that it builds a model (None when it does): a model is a subclass
+    of torch.nn.Module, or a function whose return annotation is one."""
+    from torch import nn  # lazy: torch, only once a model is built
+
+    if inspect.isclass(obj):
+        return None if issubclass(obj, nn.Module) else "is a class but no subclass of torch.nn.Module"
+    if not inspect.isfunction(obj):
+        return "is neither a class nor a Python function"
+    try:
+        returns = typing.get_type_hints(obj).get("return")
+    except (NameError, TypeError, SyntaxError, AttributeError):  # an annotation that names nothing importable
+        returns = None
+    if inspect.isclass(returns) and issubclass(returns, nn.Module):
+        return None
+    return f"is a function not annotated to return a torch.nn.Module: annotate it, def {name}(...) -> nn.Module"
 
 
 def register_alias(alias: str, target: str, where: str) -> ExternalSpec:

@@ -24,11 +24,15 @@ UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexE
 SHOWN = 5  # keys listed per kind in an error
 MAX_REASON = 200  # characters of a reader's own words quoted in an error
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch's messages embolden words with terminal escapes
-REFUSED = re.compile(r"WeightsUnpickler error:\s*(.+)")  # why torch.load(weights_only=True) refused the file
+# why torch.load(weights_only=True) refused the file: its unpickler's words, or the global it would not load
+REFUSED = re.compile(r"WeightsUnpickler error:\s*(.+)|(Trying to load unsupported GLOBAL [^\n]+)")
 
 
 def read_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
     """The tensors of a weights file, on the CPU; a {"state_dict": {...}} wrapper (as Lightning saves) is unwrapped."""
+    if path.stat().st_size == 0:
+        raise CapsbenchError(f"{where}: {path} is empty (0 bytes): an interrupted copy or save? Save the state dict "
+                             "again: torch.save(model.state_dict(), 'w.pt')")
     try:
         if path.suffix == ".safetensors":
             state = load_file(str(path), device="cpu")
@@ -39,8 +43,9 @@ def read_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
     except (*UNREADABLE, SafetensorError) as exc:
         text = ANSI.sub("", str(exc)).strip()
         refused = REFUSED.search(text)
-        reason = _sentence(refused.group(1) if refused else (text.splitlines() or [type(exc).__name__])[0])
-        if "Unsupported global" in reason:  # a pickled object: weights_only=True refuses to run its code
+        reason = _sentence(refused.group(refused.lastindex) if refused
+                           else (text.splitlines() or [type(exc).__name__])[0])
+        if text.startswith("Weights only load failed"):  # pickled objects: weights_only=True refuses to run their code
             reason = (f"it holds Python objects, not only tensors, and capsbench loads weights with weights_only=True "
                       f"so that a file cannot run code: {reason}")
         raise CapsbenchError(

@@ -49,6 +49,9 @@ _CLAIM_KEYS = {
 RELATIONS = ("beats", "parity", "no_better")
 _TRAIN_KEYS = {"target_val_accuracy": (int, float), "max_epochs": int}  # a claim's training: to a target, capped
 _REQUIRED_CLAIM = ("id", "statement", "where", "suite", "dataset", "metric", "better", "worse")
+# sweep values a run can measure, by column: (test, what is expected)
+SWEEP_VALUES = {"eps": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1,
+                        "an L-inf radius in [0, 1] (pixels in [0, 1]), e.g. 0.1")}
 _SIDE_KEYS = {"model": str, "published": (int, float), "model_args": dict, "settings": dict, "training": str,
               "metric": str, "sweep": dict}
 
@@ -132,10 +135,15 @@ def claim_ids(directory: Path | None = None) -> list[str]:
 def load_claims_file(path: Path) -> list[Claim]:
     """The validated claims of one claims YAML file."""
     source, claims, unsourced = read_sourced_list(path, "claims")
-    return [_claim(path, f"claims[{i}]", raw, source, unsourced) for i, raw in enumerate(claims)]
+    return [_claim(_named(path, raw), f"claims[{i}]", raw, source, unsourced) for i, raw in enumerate(claims)]
 
 
-def _claim(path: Path, where: str, raw: Any, source: str, unsourced: str | None) -> Claim:
+def _named(path: Path, raw: Any) -> str:
+    """How errors name a claim: its file, and its id where it has one."""
+    return f"{path}, claim {raw['id']}" if isinstance(raw, dict) and isinstance(raw.get("id"), str) else str(path)
+
+
+def _claim(path: str, where: str, raw: Any, source: str, unsourced: str | None) -> Claim:
     entry = check_mapping(path, where, raw, _CLAIM_KEYS, _REQUIRED_CLAIM)
     for key in ("suite", "dataset", "metric"):
         if not NAME.match(entry[key]):
@@ -191,7 +199,7 @@ def _claim(path: Path, where: str, raw: Any, source: str, unsourced: str | None)
     )
 
 
-def _check_can_fail(path: Path, where: str, entry: dict[str, Any], sides: list[Side]) -> None:
+def _check_can_fail(path: Path | str, where: str, entry: dict[str, Any], sides: list[Side]) -> None:
     """Refuse a claim that cannot fail: its better side's metric counts a superset, per image, of the worse side's
     on the same model, arguments and training (e.g. "correct or flagged" against "correct" of one CapsNet)."""
     if entry["suite"] not in SUITES:
@@ -208,7 +216,7 @@ def _check_can_fail(path: Path, where: str, entry: dict[str, Any], sides: list[S
         )
 
 
-def _side(path: Path, where: str, raw: Any) -> Side:
+def _side(path: Path | str, where: str, raw: Any) -> Side:
     side = check_mapping(path, where, raw, _SIDE_KEYS, ("model",))
     return Side(
         side["model"],
@@ -221,7 +229,7 @@ def _side(path: Path, where: str, raw: Any) -> Side:
     )
 
 
-def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
+def _check_metric(path: Path | str, where: str, entry: dict[str, Any]) -> None:
     """Claims on a suite this install defines must name one of its metrics with a direction, and its sweep columns."""
     if entry["suite"] not in SUITES:
         return  # a suite from a later version: kept; its verdict says the suite is missing
@@ -241,12 +249,20 @@ def _check_metric(path: Path, where: str, entry: dict[str, Any]) -> None:
                 f"{entry['suite']!r} with the direction of {entry['metric']!r}; expected one of: "
                 f"{', '.join(same)}"
             )
-    check_sweep_columns(path, f"{where}.sweep", entry.get("sweep", {}), suite)
+    _check_sweep(path, f"{where}.sweep", entry.get("sweep", {}), suite)
     for name in ("better", "worse"):
-        check_sweep_columns(path, f"{where}.{name}.sweep", entry[name].get("sweep", {}), suite)
+        _check_sweep(path, f"{where}.{name}.sweep", entry[name].get("sweep", {}), suite)
 
 
-def _check_check_metrics(path: Path, where: str, suite_name: str, checks: tuple[Check, ...]) -> None:
+def _check_sweep(path: Path | str, where: str, sweep: dict[str, Any], suite: Any) -> None:
+    """A sweep's columns are the suite's, and its values ones a run can measure (SWEEP_VALUES)."""
+    check_sweep_columns(path, where, sweep, suite)
+    for column, value in sweep.items():
+        if column in SWEEP_VALUES and not SWEEP_VALUES[column][0](value):
+            raise CapsbenchError(f"{path}: '{where}.{column}' = {value!r} must be {SWEEP_VALUES[column][1]}")
+
+
+def _check_check_metrics(path: Path | str, where: str, suite_name: str, checks: tuple[Check, ...]) -> None:
     """A check's own metric and sweep columns must be the suite's."""
     if suite_name not in SUITES:
         return
@@ -256,10 +272,10 @@ def _check_check_metrics(path: Path, where: str, suite_name: str, checks: tuple[
             raise CapsbenchError(
                 f"{path}: '{where}.checks[{i}].metric' = {check.metric!r} is not a metric of suite {suite_name!r}"
             )
-        check_sweep_columns(path, f"{where}.checks[{i}].sweep", check.sweep, suite)
+        _check_sweep(path, f"{where}.checks[{i}].sweep", check.sweep, suite)
 
 
-def parse_checks(path: Path, where: str, raw: Any, sides: dict[str, Side]) -> tuple[Check, ...]:
+def parse_checks(path: Path | str, where: str, raw: Any, sides: dict[str, Side]) -> tuple[Check, ...]:
     """The validated `checks` list of one claim; errors name the file and the key."""
     if not isinstance(raw, list):
         raise CapsbenchError(f"{path}: '{where}.checks' must be a list of checks, got {type(raw).__name__}")

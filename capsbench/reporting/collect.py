@@ -26,6 +26,7 @@ NEUTRAL_PARAMS = (
     "output_dir",
     "cache_dir",
     "retrain",
+    "remeasure",
     "device",
     "data.root",
     "data.download",

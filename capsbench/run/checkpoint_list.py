@@ -12,9 +12,20 @@ from typing import Any
 from capsbench.config.request import Request
 from capsbench.config.schema import RunConfig
 from capsbench.errors import CapsbenchError
+from capsbench.util.paths import resolved
 from capsbench.util.registry import close_matches
 
 KEYS = ("cache_dir", "output_dir")
+NUMBER = (int, float)
+# What row() reads of a sidecar, by path, and the type sidecar() writes there (or None)
+SIDECAR_FIELDS = {
+    ("key",): str, ("created",): str, ("best_val_accuracy",): NUMBER, ("best_epoch",): int,
+    ("identity", "model"): str, ("identity", "seed"): int, ("identity", "torch"): str, ("identity", "capsbench"): str,
+    ("identity", "train", "epochs"): int, ("identity", "train", "batch_size"): int, ("identity", "train", "lr"): NUMBER,
+    ("identity", "train", "lr_decay"): NUMBER, ("identity", "train", "target_val_accuracy"): NUMBER,
+    ("identity", "data", "dataset"): str, ("identity", "data", "train_subset"): int,
+    ("identity", "source", "hash"): str,
+}
 COLUMNS = ("key", "model", "dataset", "seed", "epochs", "batch", "lr", "decay", "train_n", "source", "torch",
            "val_acc", "created", "size")
 
@@ -30,7 +41,7 @@ def cache_directory(request: Request) -> Path:
     chosen = str(raw["cache_dir"]) if raw.get("cache_dir") else os.environ.get("CAPSBENCH_CACHE")
     if not chosen:
         chosen = str(Path(raw.get("output_dir") or RunConfig.output_dir) / "checkpoints")
-    return Path(chosen).expanduser().resolve()
+    return resolved(chosen, "cache_dir")
 
 
 def _from_checkpoint(path: Path) -> dict[str, Any]:
@@ -64,9 +75,27 @@ def _described(path: Path) -> dict[str, Any]:
             info = json.loads(side.read_text())
         except json.JSONDecodeError:
             info = None
-        if isinstance(info, dict) and info.get("size") == stat.st_size and info.get("mtime_ns") == stat.st_mtime_ns:
+        if _current(info, stat):
             return info
     return _from_checkpoint(path)
+
+
+def _current(info: Any, stat: os.stat_result) -> bool:
+    """Whether a sidecar describes the checkpoint beside it as it is now, in the sidecar's own shape (one edited by
+    hand or by another program is read from the checkpoint instead)."""
+    if not (isinstance(info, dict) and info.get("size") == stat.st_size and info.get("mtime_ns") == stat.st_mtime_ns):
+        return False
+    for path, kind in SIDECAR_FIELDS.items():
+        node: Any = info
+        for part in path:
+            node = node.get(part)
+            if node is None:
+                break
+            if part != path[-1] and not isinstance(node, dict):
+                return False
+        if node is not None and (not isinstance(node, kind) or isinstance(node, bool)):
+            return False
+    return True
 
 
 def row(info: dict[str, Any], path: Path) -> dict[str, Any]:

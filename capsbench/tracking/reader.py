@@ -17,8 +17,10 @@ from typing import Any
 import pandas as pd
 
 from capsbench.errors import CapsbenchError
-from capsbench.tracking.store import check_store, folders_from_paths, mlflow_client
+from capsbench.tracking.relocation import run_artifacts
+from capsbench.tracking.store import check_store, folders_from_paths, mlflow_client, store_faults
 from capsbench.util.stats import decode_outcomes
+from capsbench.util.uris import sqlite_path
 
 REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
 UNTAGGED = "commit "  # the code of a run logged without a code.hash tag: its git commit stands in
@@ -57,19 +59,8 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
     Killed invocations, and failed ones that tabulated nothing, are skipped; a failed unit never contributes.
     """
     check_store(uri)
-    client = mlflow_client(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise CapsbenchError(
-            f"no MLflow experiment {experiment!r} at {uri}; run `capsbench run` first or set tracking.experiment="
-        )
-    runs, token = [], None
-    while True:
-        page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
-        runs += list(page)
-        token = page.token
-        if not token:
-            break
+    with store_faults(uri):
+        runs = _every_run(uri, experiment)
     children: dict[str, list[Any]] = defaultdict(list)
     for run in runs:
         if "mlflow.parentRunId" in run.data.tags:
@@ -106,6 +97,23 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
     return out
 
 
+def _every_run(uri: str, experiment: str) -> list[Any]:
+    """Every run of the experiment, parent and nested."""
+    client = mlflow_client(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise CapsbenchError(
+            f"no MLflow experiment {experiment!r} at {uri}; run `capsbench run` first or set tracking.experiment="
+        )
+    runs, token = [], None
+    while True:
+        page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
 @contextmanager
 def _quiet_downloads() -> Iterator[None]:
     """No MLflow progress bar for the small files a report downloads (unless the user set it)."""
@@ -125,14 +133,12 @@ def _quiet_downloads() -> Iterator[None]:
 def read_records(uri: str, run_id: str, sha256: str | None = None) -> pd.DataFrame:
     """The tidy records.csv an invocation logged as an artifact of its parent run, checked against its recorded
     sha256 (when given) and for the columns and per-image outcomes the tables read. UnreadableRecords otherwise."""
-    import mlflow
     from mlflow.exceptions import MlflowException
 
     folders_from_paths()
     with _quiet_downloads(), tempfile.TemporaryDirectory() as tmp:
         try:
-            path = Path(mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path="records.csv", dst_path=tmp, tracking_uri=uri))
+            path = _download(uri, run_id, "records.csv", tmp)
             data = path.read_bytes()
         except (MlflowException, OSError) as exc:
             raise UnreadableRecords(f"its records.csv artifact cannot be read ({_first_line(exc)})") from None
@@ -151,15 +157,13 @@ def read_config(uri: str, run_id: str) -> dict[str, Any]:
     """The resolved config an invocation logged as its parent run's config.yaml artifact, typed as the run used it
     (null, numbers, lists and nested settings; MLflow's params hold only their text). CapsbenchError when it is absent
     or unreadable."""
-    import mlflow
     import yaml
     from mlflow.exceptions import MlflowException
 
     folders_from_paths()
     with _quiet_downloads(), tempfile.TemporaryDirectory() as tmp:
         try:
-            path = Path(mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path="config.yaml", dst_path=tmp, tracking_uri=uri))
+            path = _download(uri, run_id, "config.yaml", tmp)
             config = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (MlflowException, OSError, yaml.YAMLError) as exc:
             raise CapsbenchError(f"run {run_id}: its config.yaml artifact cannot be read ({_first_line(exc)}); "
@@ -167,6 +171,20 @@ def read_config(uri: str, run_id: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise CapsbenchError(f"run {run_id}: its config.yaml artifact holds no settings; rerun its command")
     return config
+
+
+def _download(uri: str, run_id: str, artifact_path: str, dst: str) -> Path:
+    """One artifact of a run, downloaded into `dst`: from where the store says, or, for a SQLite store whose output
+    folder was copied or moved, from beside the store (capsbench.tracking.relocation)."""
+    import mlflow
+
+    if sqlite_path(uri) is not None:
+        info = mlflow_client(uri).get_run(run_id).info
+        here = run_artifacts(uri, info.experiment_id, info.artifact_uri)
+        if here != info.artifact_uri:
+            return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{here}/{artifact_path}", dst_path=dst))
+    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact_path, dst_path=dst,
+                                                    tracking_uri=uri))
 
 
 def _check_records(frame: pd.DataFrame) -> None:
@@ -190,7 +208,6 @@ def download_checkpoint(uri: str, run_id: str, dst: str | Path) -> Path:
     """The checkpoint file of a unit's nested run, downloaded into `dst` from the run that holds it (a run whose
     checkpoint another run logged first names that run in its `checkpoint.run` tag). Load it with torch.load and
     build the model from its meta: create_model(run's model, **payload["meta"]["identity"]["model_args"])."""
-    import mlflow
 
     tags = mlflow_client(uri).get_run(run_id).data.tags
     holder = tags.get("checkpoint.run")
@@ -198,7 +215,6 @@ def download_checkpoint(uri: str, run_id: str, dst: str | Path) -> Path:
         raise CapsbenchError(f"run {run_id} has no checkpoint in {uri} (its suite trains nothing, or it was trained "
                              "on a host whose disk the driver could not read)")
     with _quiet_downloads():
-        folder = Path(mlflow.artifacts.download_artifacts(run_id=holder, artifact_path="checkpoint",
-                                                          dst_path=str(dst), tracking_uri=uri))
+        folder = _download(uri, holder, "checkpoint", str(dst))
     (path,) = sorted(folder.glob("*.ckpt"))
     return path

@@ -19,6 +19,7 @@ from typing import Any
 
 from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 from capsbench.tracking.environment import process_alive
+from capsbench.tracking.relocation import relocate
 from capsbench.util.sqlite_file import recovery
 from capsbench.util.uris import sqlite_path, sqlite_uri
 
@@ -81,12 +82,16 @@ def open_experiment(uri: str, experiment: str, artifact_root: Path) -> str:
     """The experiment's id, creating the store and the experiment (artifacts beside the outputs) when missing."""
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # MLflow logs each failed write with its traceback before it raises; the exception itself still reaches capsbench,
+    # which tells a full disk or a deleted store in one line (and passes anything else on whole)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     with store_lock(uri):  # one process creates and migrates a new store and the experiment; others wait
         ensure_store(uri, artifact_root)
         client = mlflow_client(uri)
         exp = client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else client.create_experiment(
             experiment, artifact_location=artifact_root.resolve().as_uri())
+        relocate(uri, exp_id)  # an output folder copied or moved whole: its runs write inside it
         if exp is None or exp.tags.get(EXPERIMENT_KIND[0]) is None:
             client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
     return exp_id
@@ -189,18 +194,49 @@ def ensure_store(uri: str, artifact_root: Path) -> None:
         except (MlflowException, SQLAlchemyError) as exc:
             if is_no_space(exc):
                 raise NoSpace(db) from exc
-            problem = str(exc).strip().splitlines()[0][:200]
+            problem = _first_line(exc)
         runs = _run_count(db)
         if runs != 0:
-            held = f"holds {runs} run(s)" if runs else "may hold runs (it is damaged or no SQLite database)"
-            raise CapsbenchError(f"the MLflow store {db} {held} but cannot be opened ({problem}); it is left as it "
-                                 f"is: {recovery(db, uri, damaged=runs is None)}")
+            raise _unopenable(db, uri, problem, runs)
         aside = db.with_name(f"{db.name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
         _forget_engine(uri)
         db.replace(aside)
         log.warning("the MLflow store %s was half-built and holds no runs (%s); moved it to %s and building it again",
                     db, problem, aside.name)
     _build(db, artifact_root)
+
+
+@contextmanager
+def store_faults(uri: str) -> Iterator[None]:
+    """Around reading or opening a SQLite store: an error MLflow raises because SQLite finds the file damaged, or
+    because an older MLflow wrote it, becomes one CapsbenchError saying how to recover its runs; others pass as
+    they are (a full disk, a store that SQLite finds whole)."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (MlflowException, SQLAlchemyError) as exc:
+        db = sqlite_path(uri)
+        if db is None or is_no_space(exc) or not db.is_file():
+            raise
+        runs = _run_count(db)
+        if runs is None or "out-of-date database schema" in str(exc):
+            raise _unopenable(db, uri, _first_line(exc), runs) from None
+        raise
+
+
+def _unopenable(db: Path, uri: str, problem: str, runs: int | None) -> CapsbenchError:
+    """The one line for a store that holds runs (or may: `runs` is None when SQLite finds it damaged) but cannot be
+    opened, with how to recover them."""
+    held = "may hold runs (it is damaged or no SQLite database)" if runs is None else f"holds {runs} run(s)"
+    return CapsbenchError(f"the MLflow store {db} {held} but cannot be opened ({problem}); it is left as it is: "
+                          f"{recovery(db, uri, damaged=runs is None)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's first sentence (MLflow's go on with advice of their own), at most 200 characters."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:200]
 
 
 def _forget_engine(uri: str) -> None:

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from capsbench.errors import CapsbenchError, NoSpace, is_no_space
+from capsbench.errors import CapsbenchError, NoSpace, RunFailed, is_no_space, store_moved
 from capsbench.tracking.environment import process_tags
 from capsbench.tracking.metrics import CURVES, Metric, curve_metrics, metric_key, record_metrics
-from capsbench.tracking.store import end_runs, mlflow_client, open_experiment, recover_stale_runs
+from capsbench.tracking.store import end_runs, mlflow_client, open_experiment, recover_stale_runs, store_faults
 from capsbench.util.uris import sqlite_path
 
 log = logging.getLogger(__name__)
@@ -91,13 +91,14 @@ class Tracker:
         from mlflow.exceptions import MlflowException
 
         try:
-            self._experiment_id = open_experiment(self.uri, self.experiment, self.artifact_root)
+            with store_faults(self.uri):
+                self._experiment_id = open_experiment(self.uri, self.experiment, self.artifact_root)
         except MlflowException as exc:  # a server that answers, but not as a tracking store should
             raise CapsbenchError(f"tracking.uri={self.uri}: the store refused to open experiment "
                                  f"{self.experiment!r} ({str(exc)[:300]}); fix tracking.uri= or set "
                                  "tracking.enabled=false") from None
         self._client = mlflow_client(self.uri)
-        with self._writes():
+        with self._writes(), store_faults(self.uri):
             recover_stale_runs(self.uri, self._experiment_id, process_tags()["host"])
 
     def start_parent(self, name: str, params: dict[str, Any], tags: dict[str, str], config_yaml: str, *,
@@ -243,6 +244,11 @@ class Tracker:
         except (OSError, MlflowException, SQLAlchemyError) as exc:
             if is_no_space(exc):
                 raise NoSpace(getattr(exc, "filename", None) or sqlite_path(self.uri) or self.artifact_root) from exc
+            db = sqlite_path(self.uri)
+            if db is not None and (store_moved(exc) or not db.is_file()):
+                raise RunFailed(f"the MLflow store {db} was deleted or moved while this run wrote to it (its output "
+                                "folder removed?), so nothing more can be logged; run the same command again: it "
+                                "measures what is missing and reuses the checkpoints still in the cache") from exc
             raise
 
     def _batch(self, run_id: str, *, params: dict[str, Any] | None = None, metrics: list[Metric] | None = None) -> None:

@@ -20,8 +20,10 @@ from capsbench.util.atomic import save_torch, write_text
 
 log = logging.getLogger(__name__)
 
-# What torch.load(weights_only=True) raises on truncated or garbage files (seen by fuzzing torch 2.x).
-UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError)
+# What torch.load(weights_only=True) raises on truncated or garbage files (seen by fuzzing torch 2.x; OSError EINVAL
+# from its zip reader for a file cut to some lengths). A file this process may not read is not among them: it is
+# reported as it is, never moved aside.
+UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, OSError)
 FINISHED_KEYS = ("state_dict", "meta")
 PARTIAL_KEYS = ("model", "optimizer", "scheduler", "epoch", "history", "best_val_accuracy", "best_epoch", "best_state")
 
@@ -104,6 +106,8 @@ class CheckpointCache:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Detected pickle protocol")  # garbage reads as any protocol
                 payload = torch.load(path, map_location="cpu", weights_only=True)
+        except PermissionError:
+            raise
         except UNREADABLE as exc:
             first = (str(exc) or "unexpected end of file").splitlines()[0].split(". ")[0][:160]
             reason = ("it holds objects a weights-only load refuses" if "weights_only" in str(exc)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from capsbench.errors import NoSpace, is_no_space
+from capsbench.errors import CapsbenchError, NoSpace, is_no_space
 
 
 def _create_temporary(path: Path) -> tuple[int, Path]:
@@ -34,7 +34,7 @@ def atomic_file(path: Path, mode: str = "w", size: int | None = None) -> Iterato
     raises NoSpace naming `path` and `size` (the bytes to be written, when the caller knows them)."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         fd, tmp = _create_temporary(path)
         try:
             with os.fdopen(fd, mode) as fh:
@@ -49,6 +49,17 @@ def atomic_file(path: Path, mode: str = "w", size: int | None = None) -> Iterato
         if is_no_space(exc):
             raise NoSpace(path, size) from exc
         raise
+
+
+def make_folder(folder: Path) -> None:
+    """`folder` and its parents, created where missing; a file where one of them belongs is a CapsbenchError naming
+    it (mkdir's FileExistsError or NotADirectoryError name only the folder)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next(p for p in (folder, *folder.parents) if p.exists() and not p.is_dir())
+        raise CapsbenchError(f"cannot create the folder {folder}: {blocking} is a file where a folder belongs; move it "
+                             "away, then run the same command again") from None
 
 
 def write_text(path: Path, text: str) -> None:

@@ -9,7 +9,7 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from capsbench.util.atomic import atomic_file, write_text
+from capsbench.util.atomic import atomic_file, make_folder, write_text
 
 RUNS = "runs"
 COPIED = ".latest-files"  # in a latest folder: the files the last copy put there, one relative path a line
@@ -20,7 +20,7 @@ def new_run_folder(output_dir: str | Path, now: datetime | None = None) -> Path:
     same second already has it."""
     now = now or datetime.now(timezone.utc)
     day = Path(output_dir) / RUNS / f"{now:%Y-%m-%d}"
-    day.mkdir(parents=True, exist_ok=True)
+    make_folder(day)
     stem, n = f"{now:%H-%M-%S}", 1
     while True:
         folder = day / (stem if n == 1 else f"{stem}-{n}")

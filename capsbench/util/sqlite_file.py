@@ -5,11 +5,15 @@ store that may hold runs."""
 
 from __future__ import annotations
 
+import sqlite3
 import struct
+from contextlib import closing
 from pathlib import Path
 
 MAGIC = b"SQLite format 3\x00"
 HEADER = 100
+MLFLOW_TABLES = {"experiments", "runs"}  # in every MLflow store, whatever its schema's version
+SCHEMA_ONLY = {"alembic_version", "sqlite_sequence"}  # in a store whose first migration was cut short, and elsewhere
 
 
 def damage(path: Path) -> str | None:
@@ -32,6 +36,18 @@ def damage(path: Path) -> str | None:
     if pages and changes == valid_for and not wal.exists() and size < pages * page_size:
         return f"was cut short: its header counts {pages * page_size:,} bytes, the file holds {size:,}"
     return None
+
+
+def foreign_tables(path: Path) -> list[str]:
+    """The tables of the SQLite file at `path` when it is some other application's database (tables, none of them
+    MLflow's); [] for an empty database or an MLflow store, whole or half-built, and for a file SQLite cannot open
+    (damage() and the store's own checks judge those)."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:
+        return []
+    return [] if tables & MLFLOW_TABLES or tables <= SCHEMA_ONLY else sorted(tables)
 
 
 def recovery(db: Path, uri: str, *, damaged: bool) -> str:

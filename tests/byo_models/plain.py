@@ -16,7 +16,7 @@ class PlainNet(nn.Module):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
-def make_plain(*, width=4, num_classes=10):
+def make_plain(*, width=4, num_classes=10) -> PlainNet:
     """A factory: PlainNet built by a function."""
     return PlainNet(num_classes=num_classes, width=width)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,7 @@ from capsbench.util.signals import handlers_kept  # noqa: E402
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0  # longest wait between looks at the event queue
+AUTH_SETTINGS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")  # Ray's token authentication, from the environment
 
 
 class QueueSink:
@@ -74,12 +76,16 @@ class RayLauncher:
     def run(self, units: list[UnitSpec], on_event: Sink) -> Iterator[UnitResult]:
         if not units:
             return
-        connected = self._connect()
+        saved = None if self.settings.address or ray.is_initialized() else own_token()
+        connected = False
         try:
+            connected = self._connect()
             yield from self._run(units, on_event)
         finally:
             if connected:
                 ray.shutdown()  # stops a Ray started here; from a cluster it only disconnects
+            if saved is not None:
+                restore_token(saved)
 
     def _connect(self) -> bool:
         """Start or join Ray; False when this process was already connected (e.g. a notebook): that session is
@@ -131,6 +137,31 @@ class RayLauncher:
             for ref in pending:  # the driver stopped early (a fatal error, Ctrl-C): free the cluster
                 ray.cancel(ref, force=True)
             queue.shutdown()
+
+
+def own_token() -> dict[str, str | None]:
+    """Make the Ray this process starts require a token made for it alone: kept in the environment of this process
+    and of the Ray processes it starts, never written to a file. Ray (2.60) binds its servers to every interface and
+    turns a loopback node address into the host's, so the token is what keeps other hosts out. Returns the settings
+    it replaced, for restore_token."""
+    from ray._raylet import Config  # Ray reads these settings from the environment once; read again, as Ray does
+
+    saved = {k: os.environ.get(k) for k in AUTH_SETTINGS}
+    os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+    Config.initialize("")
+    return saved
+
+
+def restore_token(saved: dict[str, str | None]) -> None:
+    """Put back the Ray authentication settings own_token replaced."""
+    from ray._raylet import Config
+
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    Config.initialize("")
 
 
 def _drain(queue: Queue, on_event: Sink) -> None:
