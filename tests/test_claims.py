@@ -77,7 +77,7 @@ def test_one_seed_is_at_most_not_resolved_unless_asked():
 def test_three_seeds_agreeing_in_direction_support_the_claim():
     agree = judge(claim(), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895])))
     assert agree.verdict == SUPPORTED and agree.seeds == 3 and agree.needs == ""
-    assert "same direction in all 3 seeds" in agree.reason and "30,000 pooled test images" in agree.reason
+    assert "ahead in all 3 seeds" in agree.reason and "clustered McNemar on 10,000 distinct test images" in agree.reason
     assert as_rows([agree])[0]["cell"] == "supported (quick, 3 seeds)"
     flipped = judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")),
                     run(per_seed([9950, 9945, 9955], [9900, 9910, 9895])))
@@ -239,8 +239,8 @@ def test_a_claim_whose_protocol_check_fails_is_protocol_not_met():
     records = per_seed([9950, 9945, 9955], [9900, 9910, 9895])
     missed = judge(claim(checks=(matched,)), run(records))
     assert missed.verdict == PROTOCOL_NOT_MET and missed.seeds == 3 and missed.needs == "train.target_val_accuracy"
-    assert ("cnn_sabour test_accuracy 99.02 (mean of 3 seeds) < 99.2 (noise ±0.11 points on 30,000 images): both "
-            "models at the paper's") in missed.reason
+    assert ("cnn_sabour test_accuracy 99.02 (mean of 3 seeds) < 99.2, within noise (±0.19 points on 10,000 distinct "
+            "images): the check cannot tell these models apart: both models at the paper's") in missed.reason
     assert "capsnet" not in missed.reason.split(";")[0].split(" test_accuracy")[0]
     met = Check("both models at 99 %", "at_least", 99.0)
     assert judge(claim(checks=(met,)), run(records)).verdict == SUPPORTED
@@ -367,7 +367,7 @@ def test_parity_inside_its_margin_is_supported_and_outside_refuted():
     alike = claim(relation="parity", margin=2.0)
     inside = judge(alike, run(per_seed([9950, 9945, 9955], [9948, 9950, 9951])))  # within 0.07 points each seed
     assert inside.verdict == SUPPORTED and verdict_cell(inside) == "supported (as good as, quick, 3 seeds)"
-    assert "two one-sided t-tests" in inside.reason and "paired test on 30,000 pooled test images" in inside.reason
+    assert "two one-sided t-tests" in inside.reason and "Tango on 10,000 distinct test images" in inside.reason
     apart = judge(alike, run(per_seed([9950, 9945, 9955], [9500, 9520, 9480])))  # capsnet 4.5 points ahead
     assert apart.verdict == REFUTED and "capsnet is better by more than the margin of 2" in apart.reason
     unsure = judge(alike, run(per_seed([9950, 9700, 9955], [9800, 9900, 9700])))
@@ -415,8 +415,9 @@ def test_a_cost_claim_measured_on_two_devices_gives_a_row_per_device():
     judged = judge_claim(speed, run(rows, "efficiency"))
     assert [j.claim.sweep["device"] for j in judged] == ["NVIDIA H100", "cpu (2 threads)"]
     cells = [verdict_cell(j) for j in judged]
-    assert cells == ["supported (NVIDIA H100, batch 1, quick, 3 seeds)",
-                     "refuted (cpu (2 threads), batch 1, quick, 3 seeds)"]
+    assert cells == ["supported (NVIDIA H100, batch 1, quick, 3 repeats)",
+                     "refuted (cpu (2 threads), batch 1, quick, 3 repeats)"]
+    assert "3 repeated measurements: the seed changes nothing here" in judged[0].reason
 
 
 def test_a_protocol_miss_inside_the_noise_says_so():

@@ -1,5 +1,5 @@
 """Known answers for the per-image tests: one seed is McNemar's and Tango's test; the same outcomes in three seeds are
-still one observation per image (issue 51's 20 against 35 discordant images); Tango's restricted estimate checked
+still one observation per image (20 against 35 discordant images); Tango's restricted estimate checked
 against a numerical maximum-likelihood fit; no discordant image is never certainty."""
 
 import math
@@ -28,7 +28,7 @@ def test_one_seed_is_mcnemar():
 
 
 def test_three_seeds_of_the_same_outcomes_are_one_observation_per_image():
-    """Issue 51: one seed at 20 against 35 discordant images gives p = 0.059; the same outcomes in three seeds pooled
+    """One seed at 20 against 35 discordant images gives p = 0.059; the same outcomes in three seeds pooled
     as 3 x n images gave p = 0.0006. Counted once per image, they give 0.059 again."""
     a, b = outcomes(20, 35)
     one = clustered_mcnemar_p(image_differences([a], [b]))
@@ -77,7 +77,7 @@ def test_tango_at_a_bound_of_zero_is_the_mcnemar_score():
 
 
 def test_no_discordant_image_is_no_certainty():
-    """Issue 51: the Wald variance gave p = 0 with no discordant pair, even on 3 images. Tango's restricted variance at
+    """The Wald variance gave p = 0 with no discordant pair, even on 3 images. Tango's restricted variance at
     a bound of 0.05 is 0.05 x 0.95 / 3: z = -0.05 / 0.1258, p = 0.35."""
     k = np.zeros(3, dtype=int)
     assert tango_p(k, 1, 0.05, above=False) == pytest.approx(sps.norm.cdf(-0.05 / math.sqrt(0.05 * 0.95 / 3)))

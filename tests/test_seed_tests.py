@@ -1,5 +1,5 @@
 """Known answers for the tests over training seeds: scipy's t-tests where the seeds spread, the floor of one image in n
-where they tie, and no certainty from a tie with no resolution known (issue 51's cases)."""
+where they tie, and no certainty from a tie with no resolution known (cases the rule once got wrong)."""
 
 import math
 
@@ -24,7 +24,7 @@ def test_spread_seeds_match_scipy():
 
 
 def test_a_tie_between_seeds_is_no_certainty():
-    """Issue 51: seed_differences_p([0.1, 0.1]) was 0.0."""
+    """seed_differences_p([0.1, 0.1]) was 0.0."""
     assert seed_differences_p([0.1, 0.1]) == 1.0  # no spread and no resolution: nothing to test with
     assert seed_differences_p([0.1, 0.1 + 1e-15]) == 1.0  # float rounding is no spread
     # one image of 1,568 as the spread: t = 0.1 / (0.0638 / sqrt 2) = 2.217 on 1 df
@@ -37,7 +37,7 @@ def test_a_tie_between_seeds_is_no_certainty():
 
 
 def test_two_seeds_at_4_9_against_a_margin_of_5_show_nothing():
-    """Issue 51: two seeds at exactly +4.9 against a margin of 5 gave p = 1.1e-14 (the spread was float rounding)."""
+    """Two seeds at exactly +4.9 against a margin of 5 gave p = 1.1e-14 (the spread was float rounding)."""
     d = [99.0 - 94.1, 98.5 - 93.6]  # +4.9 twice, up to float rounding
     assert beyond_margin_p(d, 5.0, above=False) == 1.0
     p = beyond_margin_p(d, 5.0, above=False, resolution=STEP)
