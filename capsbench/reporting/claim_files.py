@@ -11,6 +11,7 @@ from typing import Any
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.baselines import NAME, baselines_dir, check_mapping, check_sweep_columns, read_sourced_list
+from capsbench.reporting.containment import Measured, at_least, measured
 from capsbench.suites import SUITES
 
 KINDS = {  # kind -> (type of its value, what a run needs to meet it when the check does not say)
@@ -192,20 +193,35 @@ def _claim(path: Path, where: str, raw: Any, source: str, unsourced: str | None)
 
 
 def _check_can_fail(path: Path, where: str, entry: dict[str, Any], sides: list[Side]) -> None:
-    """Refuse a claim that cannot fail: its better side's metric counts a superset, per image, of the worse side's
-    on the same model, arguments and training (e.g. "correct or flagged" against "correct" of one CapsNet)."""
+    """Refuse a claim whose verdict is fixed by construction (reporting/containment.py): identical sides as measured
+    (defaults resolved); a beats claim whose better side contains the worse side's correct images on the same model
+    (it cannot fail) or is contained in them (it cannot hold); a no_better claim whose better side is contained in
+    the worse side's (it cannot fail)."""
     if entry["suite"] not in SUITES:
         return
-    better, worse = sides
-    metric = {m.name: m for m in SUITES.get(entry["suite"]).metrics}
-    a, b = better.metric or entry["metric"], worse.metric or entry["metric"]
-    same = (better.model, better.model_args, better.training, better.sweep) == (
-        worse.model, worse.model_args, worse.training, worse.sweep)
-    if same and b in metric[a].contains:
-        raise CapsbenchError(
-            f"{path}: '{where}' cannot fail: {a} contains {b} on every image of the same {better.model}, so 'better' "
-            "holds by construction; compare what the source compares (e.g. two attacks' success, or two models)"
-        )
+    metrics = SUITES.get(entry["suite"]).metrics
+    contains = {m.name: m.contains for m in metrics}
+    higher = next(m.higher_is_better for m in metrics if m.name == entry["metric"])
+    better, worse = (measured(s, entry["metric"], entry.get("sweep", {}), entry.get("run", {})) for s in sides)
+
+    def good(x: Measured, y: Measured) -> bool:  # x is at least as good as y on every image, by construction
+        return at_least(x, y, contains) if higher else at_least(y, x, contains)
+
+    relation, model = entry.get("relation", "beats"), sides[0].model
+    if better == worse:
+        why = "its two sides are the same measurement (defaults resolved): the difference is 0 by construction"
+    elif relation == "beats" and good(better, worse):
+        why = f"the better side counts every image the worse side counts, on the same {model}: 'better' cannot fail"
+    elif relation == "beats" and good(worse, better):
+        why = f"the worse side counts every image the better side counts, on the same {model}: 'better' cannot hold"
+    elif relation == "no_better" and good(worse, better):
+        why = (f"the worse side counts every image the better side counts, on the same {model}: 'no better' cannot "
+               "fail")
+    else:
+        return
+    raise CapsbenchError(f"{path}: '{where}' cannot be decided by data: {why} (worst case within each attack, larger "
+                         "eps within smaller, robust within clean); compare what the source compares (e.g. two "
+                         "attacks' success, or two models)")
 
 
 def _side(path: Path, where: str, raw: Any) -> Side:
