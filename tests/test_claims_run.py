@@ -40,6 +40,8 @@ claims:
     sweep: {attack: fgsm, eps: 0.05}
     better: {model: capsnet}
     worse: {model: cnn_sabour}
+    checks:  # the protocol of every claim on this pair and metric (michels2019-fashion-mnist)
+      - {what: "clean accuracy at least 88 %", metric: clean_accuracy, at_least: 88.0}
 """
 
 

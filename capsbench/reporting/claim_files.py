@@ -11,6 +11,7 @@ from typing import Any
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.baselines import NAME, baselines_dir, check_mapping, check_sweep_columns, read_sourced_list
+from capsbench.reporting.claim_pairs import check_pairs
 from capsbench.reporting.containment import Measured, at_least, measured
 from capsbench.suites import SUITES
 
@@ -112,7 +113,8 @@ class Claim:
 
 
 def load_claims(directory: Path | None = None) -> list[Claim]:
-    """Every claim of every <baselines>/claims/*.yaml, validated; none when the folder is absent."""
+    """Every claim of every <baselines>/claims/*.yaml, validated (claims on one pair and metric under one protocol:
+    reporting/claim_pairs.py); none when the folder is absent."""
     folder = (directory or baselines_dir()) / "claims"
     claims = [c for path in sorted(folder.glob("*.yaml")) for c in load_claims_file(path)]
     seen: set[str] = set()
@@ -120,6 +122,7 @@ def load_claims(directory: Path | None = None) -> list[Claim]:
         if c.id in seen:
             raise CapsbenchError(f"{folder}: claim id {c.id!r} appears twice; give every claim its own id")
         seen.add(c.id)
+    check_pairs(folder, claims)
     return claims
 
 
