@@ -1,6 +1,7 @@
-"""The verdict rule says no more than its data (each a case it once got wrong, as a known answer): no certainty from a tie between
-seeds, no lead from a tie, min_effect as the threshold of "supported", each distinct test image counted once, parity
-read as parity with the side ahead said, exact counts under their relation, one-seed margin verdicts when asked."""
+"""The verdict rule says no more than its data (cases it once got wrong, as known answers): no certainty from a tie
+between seeds, no lead from a tie, min_effect as the threshold of "supported", each distinct test image counted once,
+parity read as parity with the side ahead said, exact counts under their relation, one-seed margin verdicts when
+asked."""
 
 from __future__ import annotations
 

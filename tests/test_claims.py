@@ -353,6 +353,20 @@ def test_shipped_claims_declare_their_protocol():
     assert claims["circulated-affnist-augmented"].relation == "parity"  # the table prints 79 = 79
     assert claims["circulated-worst-case-capsnet"].better.published is None  # the table prints no worst case
     assert claims["sabour2017-affnist"].worse.model == "cnn_9x9"  # "a similar number of parameters"
+    assert claims["mazzia2021-smallnorb-params"].better.model_args["kernels"] == [7, 3, 3, 3]
+
+
+def test_a_side_measured_on_another_model_than_the_source_s_misses_the_protocol():
+    """The vote claim on CIFAR-10 names Gu et al.'s ResNet-18 CapsNet: Sabour et al.'s capsnet, at any budget, does
+    not stand for it."""
+    gu = Check("the paper's ResNet-18 CapsNet", "model", "capsnet_resnet18", needs="Gu et al.'s CapsNet")
+    j = judge(claim(checks=(gu,)), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895]), budget="paper"))
+    assert j.verdict == PROTOCOL_NOT_MET and j.needs == "Gu et al.'s CapsNet"
+    assert "capsnet stands for a side whose model is capsnet_resnet18, which capsbench does not build" in j.reason
+    named = Check("Sabour et al.'s CapsNet", "model", "capsnet", sides=("better",))
+    assert judge(claim(checks=(named,)), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895]))).verdict == SUPPORTED
+    shipped = {c.id: c for c in load_claims()}["gu2021-vote-cifar10"]
+    assert any(c.kind == "model" and c.value == "capsnet_resnet18" for c in shipped.checks)
 
 
 def test_an_exact_count_measured_in_three_seeds_has_no_spread():
@@ -391,6 +405,9 @@ def test_a_margin_claim_needs_a_margin(tmp_path):
                     "  - {id: x-1, statement: s, where: Table 1, suite: accuracy, dataset: mnist,"
                     " metric: test_accuracy, better: {model: capsnet}, worse: {model: cnn_sabour}, relation: parity}\n")
     with pytest.raises(CapsbenchError, match="needs a positive margin"):
+        load_claims_file(path)
+    path.write_text(path.read_text().replace("relation: parity}", "relation: parity, margin: 2, min_effect: 1}"))
+    with pytest.raises(CapsbenchError, match="min_effect' is the threshold of a beats claim"):
         load_claims_file(path)
 
 

@@ -20,6 +20,7 @@ KINDS = {  # kind -> (type of its value, what a run needs to meet it when the ch
     "at_most": ((int, float), "budget=paper (models trained as long as the paper's)"),
     "near_published": ((int, float), "budget=paper (models trained as long as the paper's)"),
     "budget": (str, "budget=paper"),
+    "model": (str, "the source's model, which capsbench does not build"),
 }
 _KEYS = {"what", "sides", "metric", "sweep", "needs", *KINDS}
 SIDES = ("better", "worse")
@@ -28,8 +29,9 @@ SIDES = ("better", "worse")
 @dataclass(frozen=True)
 class Check:
     """One assumption: `kind` (at_least / at_most a value of `metric`, the mean over seeds; near_published: within
-    `value` of the side's published number on the claim's metric; budget: the run's budget is `value`), for each of
-    `sides`; `what` says it in words, `needs` what a run needs to meet it (default: by kind, KINDS)."""
+    `value` of the side's published number on the claim's metric; budget: the run's budget is `value`; model: the
+    side's model is the registered model `value`, the source's, so that another model never stands for it), for each
+    of `sides`; `what` says it in words, `needs` what a run needs to meet it (default: by kind, KINDS)."""
 
     what: str
     kind: str
@@ -101,7 +103,8 @@ class Claim:
     data: tuple[str, ...] = ()
     run: dict[str, Any] = field(default_factory=dict)
     unsourced: str | None = None  # numbers no paper prints: what they are instead (None: a primary source)
-    min_effect: float | None = None  # the smallest difference (metric units) that still carries the statement
+    min_effect: float | None = None  # beats: the smallest difference (metric units) that carries the statement, the
+    # threshold of "supported" (the source's "far more", "much smaller"); also what the test images are sized for
     train: dict[str, Any] = field(default_factory=dict)  # target_val_accuracy (%) and max_epochs of both sides
     relation: str = "beats"  # or parity / no_better, tested against `margin` (RELATIONS)
     margin: float | None = None  # parity and no_better: the difference (metric units) that would contradict them
@@ -167,6 +170,9 @@ def _claim(path: Path, where: str, raw: Any, source: str, unsourced: str | None)
     if (relation != "beats") != (margin is not None) or (margin is not None and not margin > 0):
         raise CapsbenchError(f"{path}: '{where}': a parity or no_better claim needs a positive margin (the "
                              f"difference that would contradict it), and a beats claim none; got {relation}, {margin}")
+    if min_effect is not None and (relation != "beats" or ratio is not None):
+        raise CapsbenchError(f"{path}: '{where}.min_effect' is the threshold of a beats claim; a parity or no_better "
+                             "claim states its margin, a ratio claim its factor")
     _check_can_fail(path, where, entry, sides)
     data = entry.get("data", [])
     if not all(isinstance(d, str) and d in DATA_FILES for d in data):
@@ -302,6 +308,9 @@ def parse_checks(path: Path, where: str, raw: Any, sides: dict[str, Side]) -> tu
             raise CapsbenchError(f"{path}: '{at}.sides' must name better and/or worse, got {chosen!r}")
         if kind == "near_published" and any(sides[s].published is None for s in chosen):
             raise CapsbenchError(f"{path}: '{at}' compares with published numbers: give each of {chosen} `published`")
+        if kind == "model" and not NAME.match(value):
+            raise CapsbenchError(f"{path}: '{at}.model' must name a model (letters, digits, '_ - . / space'), got "
+                                 f"{value!r}")
         checks.append(Check(entry["what"], kind, value, chosen, entry.get("metric"), dict(entry.get("sweep", {})),
                             entry.get("needs", "")))
     return tuple(checks)

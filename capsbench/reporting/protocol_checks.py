@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from capsbench.models import MODELS
 from capsbench.reporting.claim_files import KINDS, Check, Claim, Side
 from capsbench.reporting.frame import row_models, same_value
 
@@ -53,7 +54,12 @@ def protocol_misses(claim: Claim, frame: pd.DataFrame, budget: str) -> list[Miss
 
 
 def _side_miss(frame: pd.DataFrame, claim: Claim, side: Side, check: Check) -> str | None:
-    """Why one side misses a value check (mean over its seeds), or None when it meets it."""
+    """Why one side misses a model or value check (mean over its seeds), or None when it meets it."""
+    if check.kind == "model":
+        if side.model == check.value:
+            return None
+        built = "" if check.value in MODELS else ", which capsbench does not build"
+        return f"{side.model} stands for a side whose model is {check.value}{built}: {check.what}"
     own = check.kind == "near_published" or check.metric is None
     metric = (side.metric or claim.metric) if own else check.metric
     sweep = {**claim.sweep, **side.sweep} if own else check.sweep
