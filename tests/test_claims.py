@@ -353,6 +353,8 @@ def test_shipped_claims_declare_their_protocol():
     assert claims["circulated-affnist-augmented"].relation == "parity"  # the table prints 79 = 79
     assert claims["circulated-worst-case-capsnet"].better.published is None  # the table prints no worst case
     assert claims["sabour2017-affnist"].worse.model == "cnn_9x9"  # "a similar number of parameters"
+    assert {"marchisio2023-routing", "gu2021-detection-aware-mnist", "hinton2018-black-box"} <= set(claims)
+    assert claims["hinton2018-black-box"].relation == "parity" and claims["marchisio2023-routing"].margin == 5.0
     assert claims["mazzia2021-smallnorb-params"].better.model_args["kernels"] == [7, 3, 3, 3]
 
 
