@@ -80,7 +80,7 @@ def test_one_seed_is_at_most_not_resolved_unless_asked():
 def test_three_seeds_agreeing_in_direction_support_the_claim():
     agree = judge(claim(), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895])))
     assert agree.verdict == SUPPORTED and agree.seeds == 3 and agree.needs == ""
-    assert "same direction in all 3 seeds" in agree.reason and "30,000 pooled test images" in agree.reason
+    assert "ahead in all 3 seeds" in agree.reason and "clustered McNemar on 10,000 distinct test images" in agree.reason
     assert as_rows([agree])[0]["cell"] == "supported (quick, 3 seeds)"
     flipped = judge(claim(better=Side("cnn_sabour"), worse=Side("capsnet")),
                     run(per_seed([9950, 9945, 9955], [9900, 9910, 9895])))
@@ -242,8 +242,8 @@ def test_a_claim_whose_protocol_check_fails_is_protocol_not_met():
     records = per_seed([9950, 9945, 9955], [9900, 9910, 9895])
     missed = judge(claim(checks=(matched,)), run(records))
     assert missed.verdict == PROTOCOL_NOT_MET and missed.seeds == 3 and missed.needs == "train.target_val_accuracy"
-    assert ("cnn_sabour test_accuracy 99.02 (mean of 3 seeds) < 99.2 (noise ±0.11 points on 30,000 images): both "
-            "models at the paper's") in missed.reason
+    assert ("cnn_sabour test_accuracy 99.02 (mean of 3 seeds) < 99.2, within noise (±0.19 points on 10,000 distinct "
+            "images): the check cannot tell these models apart: both models at the paper's") in missed.reason
     assert "capsnet" not in missed.reason.split(";")[0].split(" test_accuracy")[0]
     met = Check("both models at 99 %", "at_least", 99.0)
     assert judge(claim(checks=(met,)), run(records)).verdict == SUPPORTED
@@ -378,6 +378,22 @@ def test_shipped_claims_declare_their_protocol():
     assert claims["circulated-affnist-augmented"].relation == "parity"  # the table prints 79 = 79
     assert claims["circulated-worst-case-capsnet"].better.published is None  # the table prints no worst case
     assert claims["sabour2017-affnist"].worse.model == "cnn_9x9"  # "a similar number of parameters"
+    assert {"marchisio2023-routing", "gu2021-detection-aware-mnist", "hinton2018-black-box"} <= set(claims)
+    assert claims["hinton2018-black-box"].relation == "parity" and claims["marchisio2023-routing"].margin == 5.0
+    assert claims["mazzia2021-smallnorb-params"].better.model_args["kernels"] == [7, 3, 3, 3]
+
+
+def test_a_side_measured_on_another_model_than_the_source_s_misses_the_protocol():
+    """The vote claim on CIFAR-10 names Gu et al.'s ResNet-18 CapsNet: Sabour et al.'s capsnet, at any budget, does
+    not stand for it."""
+    gu = Check("the paper's ResNet-18 CapsNet", "model", "capsnet_resnet18", needs="Gu et al.'s CapsNet")
+    j = judge(claim(checks=(gu,)), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895]), budget="paper"))
+    assert j.verdict == PROTOCOL_NOT_MET and j.needs == "Gu et al.'s CapsNet"
+    assert "capsnet stands for a side whose model is capsnet_resnet18, which capsbench does not build" in j.reason
+    named = Check("Sabour et al.'s CapsNet", "model", "capsnet", sides=("better",))
+    assert judge(claim(checks=(named,)), run(per_seed([9950, 9945, 9955], [9900, 9910, 9895]))).verdict == SUPPORTED
+    shipped = {c.id: c for c in load_claims()}["gu2021-vote-cifar10"]
+    assert any(c.kind == "model" and c.value == "capsnet_resnet18" for c in shipped.checks)
 
 
 def test_an_exact_count_measured_in_three_seeds_has_no_spread():
@@ -392,7 +408,7 @@ def test_parity_inside_its_margin_is_supported_and_outside_refuted():
     alike = claim(relation="parity", margin=2.0)
     inside = judge(alike, run(per_seed([9950, 9945, 9955], [9948, 9950, 9951])))  # within 0.07 points each seed
     assert inside.verdict == SUPPORTED and verdict_cell(inside) == "supported (as good as, quick, 3 seeds)"
-    assert "two one-sided t-tests" in inside.reason and "paired test on 30,000 pooled test images" in inside.reason
+    assert "two one-sided t-tests" in inside.reason and "Tango on 10,000 distinct test images" in inside.reason
     apart = judge(alike, run(per_seed([9950, 9945, 9955], [9500, 9520, 9480])))  # capsnet 4.5 points ahead
     assert apart.verdict == REFUTED and "capsnet is better by more than the margin of 2" in apart.reason
     unsure = judge(alike, run(per_seed([9950, 9700, 9955], [9800, 9900, 9700])))
@@ -417,6 +433,9 @@ def test_a_margin_claim_needs_a_margin(tmp_path):
                     " metric: test_accuracy, better: {model: capsnet}, worse: {model: cnn_sabour}, relation: parity}\n")
     with pytest.raises(CapsbenchError, match="needs a positive margin"):
         load_claims_file(path)
+    path.write_text(path.read_text().replace("relation: parity}", "relation: parity, margin: 2, min_effect: 1}"))
+    with pytest.raises(CapsbenchError, match="min_effect' is the threshold of a beats claim"):
+        load_claims_file(path)
 
 
 def test_a_claim_that_cannot_fail_is_refused_when_the_files_load(tmp_path):
@@ -426,7 +445,7 @@ def test_a_claim_that_cannot_fail_is_refused_when_the_files_load(tmp_path):
                     "  - {id: x-1, statement: s, where: Abstract, suite: robustness, dataset: mnist,"
                     " metric: robust_accuracy, sweep: {attack: worst_case, eps: 0.1},"
                     " better: {model: capsnet, metric: correct_or_detected}, worse: {model: capsnet}}\n")
-    with pytest.raises(CapsbenchError, match="cannot fail: correct_or_detected contains robust_accuracy"):
+    with pytest.raises(CapsbenchError, match="cannot be decided by data: the better side counts every image"):
         load_claims_file(path)
 
 
@@ -440,8 +459,9 @@ def test_a_cost_claim_measured_on_two_devices_gives_a_row_per_device():
     judged = judge_claim(speed, run(rows, "efficiency"))
     assert [j.claim.sweep["device"] for j in judged] == ["NVIDIA H100", "cpu (2 threads)"]
     cells = [verdict_cell(j) for j in judged]
-    assert cells == ["supported (NVIDIA H100, batch 1, quick, 3 seeds)",
-                     "refuted (cpu (2 threads), batch 1, quick, 3 seeds)"]
+    assert cells == ["supported (NVIDIA H100, batch 1, quick, 3 repeats)",
+                     "refuted (cpu (2 threads), batch 1, quick, 3 repeats)"]
+    assert "3 repeated measurements: the seed changes nothing here" in judged[0].reason
 
 
 def test_a_protocol_miss_inside_the_noise_says_so():

@@ -40,6 +40,8 @@ claims:
     sweep: {attack: fgsm, eps: 0.05}
     better: {model: capsnet}
     worse: {model: cnn_sabour}
+    checks:  # the protocol of every claim on this pair and metric (michels2019-fashion-mnist)
+      - {what: "clean accuracy at least 88 %", metric: clean_accuracy, at_least: 88.0}
 """
 
 
@@ -93,8 +95,10 @@ def test_the_plan_has_units_for_every_claim_whose_data_and_budget_it_has(tmp_pat
         if claim.id in p.units:  # every side's model measured in every default seed, in the claim's suite and dataset
             units = p.units[claim.id]
             assert {u.suite for u in units} == {claim.suite} and {u.dataset for u in units} == {claim.dataset}
-            for side in (claim.better, claim.worse):
-                assert sorted(u.seed for u in units if u.model == side.model) == [0, 1, 2]
+            for side in (claim.better, claim.worse):  # a model on both sides with other arguments: a unit each
+                variants = {str(sorted(s.model_args.items())) for s in (claim.better, claim.worse)
+                            if s.model == side.model}
+                assert sorted(u.seed for u in units if u.model == side.model) == sorted([0, 1, 2] * len(variants))
     assert "fixture-fashion-fgsm" in p.units
     smallnorb = " ".join(p.lacking["hinton2018-smallnorb"])
     assert "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat" in smallnorb and "cs.nyu.edu" in smallnorb

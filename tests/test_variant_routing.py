@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from capsbench import create_model
@@ -131,6 +132,19 @@ def test_efficient_capsnet_paper_parameter_count():
     # stem convs 832 + 18,496 + 36,928 + 73,856, BN affine 2*(32+64+64+128), depthwise 9*9*128+128,
     # W 10*16*8*16, prior 10*16 = 161,824 (Mazzia et al. 2021, MNIST); the decoder comes on top.
     assert sum(p.numel() for p in create_model("effcapsnet", decoder_hidden=()).parameters()) == 161_824
+
+
+def test_efficient_capsnet_smallnorb_shape_as_the_authors_build_it():
+    """EscVM/Efficient-CapsNet's smallNORB model, by hand: conv 2*49*32+32 = 3,168, 18,496, 36,928, 73,856; norm
+    affine 2*(32+64+64+128) = 576; depthwise 8x8 over 128 maps 8,320; W 5*16*8*16 = 10,240, prior 5*16 = 80: 151,664
+    on its 2-channel 48x48 input. On capsbench's smallNORB (the left image in 32x32 crops) the grid is 4x4: 143,952."""
+    stem = {"kernels": (7, 3, 3, 3), "strides": (2, 1, 1, 2), "decoder_hidden": (), "num_classes": 5}
+    authors = create_model("effcapsnet", in_channels=2, image_size=48, **stem)
+    assert sum(p.numel() for p in authors.parameters()) == 151_664 and authors.primary.kernel_size == (8, 8)
+    here = create_model("effcapsnet", in_channels=1, image_size=32, **stem)
+    assert sum(p.numel() for p in here.parameters()) == 143_952
+    with pytest.raises(ValueError, match="too small for this Efficient-CapsNet stem"):
+        create_model("effcapsnet", image_size=12, **stem)
 
 
 def test_self_routing_coupling_and_activations():

@@ -19,10 +19,13 @@ class EfficientCapsNet(VectorCapsuleClassifier):
     Defaults are the paper's MNIST model: convs 32@5x5, 64@3x3, 64@3x3, 128@3x3/2; a depthwise conv
     over the whole remaining grid gives 16 primary capsules of 8D; 10 class capsules of 16D;
     161,824 parameters without the reconstruction decoder (PyTorch counts BN's affine weights only).
+    The authors' smallNORB model (EscVM/Efficient-CapsNet, models/efficient_capsnet_graph_smallnorb.py) has the
+    first conv 7x7/2 (kernels=(7, 3, 3, 3), strides=(2, 1, 1, 2)), instance norm with affine weights where this has
+    BN (the same count) and LeakyReLU; on its 2-channel 48x48 input the grid is 8x8 and it counts 151,664.
 
     Args:
         in_channels, image_size, num_classes: of the dataset.
-        channels: output channels of the four stem convs (the last has stride 2).
+        channels, kernels, strides: output channels, kernel sizes and strides of the four stem convs.
         primary_caps, primary_dim: primary capsules; primary_caps * primary_dim == channels[-1].
         class_dim: class capsule dimension.
         decoder_hidden: reconstruction decoder FC sizes; () disables it.
@@ -33,6 +36,8 @@ class EfficientCapsNet(VectorCapsuleClassifier):
 
     ARGUMENT_RANGES = {  # checked before any work (capsbench.models.ranges)
         "channels": "int [1, inf)",
+        "kernels": "int [1, inf)",
+        "strides": "int [1, inf)",
         "primary_caps": "int [1, inf)",
         "primary_dim": "int [1, inf)",
         "class_dim": "int [1, inf)",
@@ -47,6 +52,8 @@ class EfficientCapsNet(VectorCapsuleClassifier):
         image_size: int = 28,
         num_classes: int = 10,
         channels: tuple[int, int, int, int] = (32, 64, 64, 128),
+        kernels: tuple[int, int, int, int] = (5, 3, 3, 3),
+        strides: tuple[int, int, int, int] = (1, 1, 1, 2),
         primary_caps: int = 16,
         primary_dim: int = 8,
         class_dim: int = 16,
@@ -59,13 +66,16 @@ class EfficientCapsNet(VectorCapsuleClassifier):
                 f"need 4 stem channels with primary_caps * primary_dim == channels[-1], got channels={channels}, "
                 f"primary_caps={primary_caps}, primary_dim={primary_dim}"
             )
+        if len(kernels) != 4 or len(strides) != 4:
+            raise ValueError(f"need a kernel size and a stride per stem conv (4 each), got {kernels}, {strides}")
         layers: list[nn.Module] = []
         prev, size = in_channels, image_size
-        for ch, k, stride in zip(channels, (5, 3, 3, 3), (1, 1, 1, 2)):
+        for ch, k, stride in zip(channels, kernels, strides):
+            if size < k:
+                raise ValueError(f"image_size {image_size} is too small for this Efficient-CapsNet stem (kernels "
+                                 f"{kernels}, strides {strides})")
             layers += [nn.Conv2d(prev, ch, k, stride), nn.ReLU(inplace=True), nn.BatchNorm2d(ch)]
             prev, size = ch, (size - k) // stride + 1
-        if size < 1:
-            raise ValueError(f"image_size {image_size} is too small for Efficient-CapsNet's stem (needs >= 13)")
         self.stem = nn.Sequential(*layers)
         self.primary = nn.Conv2d(prev, prev, size, groups=prev)  # depthwise over the whole grid -> 1x1
         self.primary_caps, self.primary_dim = primary_caps, primary_dim

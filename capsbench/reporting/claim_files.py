@@ -11,6 +11,8 @@ from typing import Any
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.baselines import NAME, baselines_dir, check_mapping, check_sweep_columns, read_sourced_list
+from capsbench.reporting.claim_pairs import check_pairs
+from capsbench.reporting.containment import Measured, at_least, measured
 from capsbench.suites import SUITES
 
 KINDS = {  # kind -> (type of its value, what a run needs to meet it when the check does not say)
@@ -18,6 +20,7 @@ KINDS = {  # kind -> (type of its value, what a run needs to meet it when the ch
     "at_most": ((int, float), "budget=paper (models trained as long as the paper's)"),
     "near_published": ((int, float), "budget=paper (models trained as long as the paper's)"),
     "budget": (str, "budget=paper"),
+    "model": (str, "the source's model, which capsbench does not build"),
 }
 _KEYS = {"what", "sides", "metric", "sweep", "needs", *KINDS}
 SIDES = ("better", "worse")
@@ -26,8 +29,9 @@ SIDES = ("better", "worse")
 @dataclass(frozen=True)
 class Check:
     """One assumption: `kind` (at_least / at_most a value of `metric`, the mean over seeds; near_published: within
-    `value` of the side's published number on the claim's metric; budget: the run's budget is `value`), for each of
-    `sides`; `what` says it in words, `needs` what a run needs to meet it (default: by kind, KINDS)."""
+    `value` of the side's published number on the claim's metric; budget: the run's budget is `value`; model: the
+    side's model is the registered model `value`, the source's, so that another model never stands for it), for each
+    of `sides`; `what` says it in words, `needs` what a run needs to meet it (default: by kind, KINDS)."""
 
     what: str
     kind: str
@@ -102,7 +106,8 @@ class Claim:
     data: tuple[str, ...] = ()
     run: dict[str, Any] = field(default_factory=dict)
     unsourced: str | None = None  # numbers no paper prints: what they are instead (None: a primary source)
-    min_effect: float | None = None  # the smallest difference (metric units) that still carries the statement
+    min_effect: float | None = None  # beats: the smallest difference (metric units) that carries the statement, the
+    # threshold of "supported" (the source's "far more", "much smaller"); also what the test images are sized for
     train: dict[str, Any] = field(default_factory=dict)  # target_val_accuracy (%) and max_epochs of both sides
     relation: str = "beats"  # or parity / no_better, tested against `margin` (RELATIONS)
     margin: float | None = None  # parity and no_better: the difference (metric units) that would contradict them
@@ -114,7 +119,8 @@ class Claim:
 
 
 def load_claims(directory: Path | None = None) -> list[Claim]:
-    """Every claim of every <baselines>/claims/*.yaml, validated; none when the folder is absent."""
+    """Every claim of every <baselines>/claims/*.yaml, validated (claims on one pair and metric under one protocol:
+    reporting/claim_pairs.py); none when the folder is absent."""
     folder = (directory or baselines_dir()) / "claims"
     claims = [c for path in sorted(folder.glob("*.yaml")) for c in load_claims_file(path)]
     seen: set[str] = set()
@@ -122,6 +128,7 @@ def load_claims(directory: Path | None = None) -> list[Claim]:
         if c.id in seen:
             raise CapsbenchError(f"{folder}: claim id {c.id!r} appears twice; give every claim its own id")
         seen.add(c.id)
+    check_pairs(folder, claims)
     return claims
 
 
@@ -171,6 +178,9 @@ def _claim(path: str, where: str, raw: Any, source: str, unsourced: str | None) 
     if (relation != "beats") != (margin is not None) or (margin is not None and not margin > 0):
         raise CapsbenchError(f"{path}: '{where}': a parity or no_better claim needs a positive margin (the "
                              f"difference that would contradict it), and a beats claim none; got {relation}, {margin}")
+    if min_effect is not None and (relation != "beats" or ratio is not None):
+        raise CapsbenchError(f"{path}: '{where}.min_effect' is the threshold of a beats claim; a parity or no_better "
+                             "claim states its margin, a ratio claim its factor")
     _check_can_fail(path, where, entry, sides)
     data = entry.get("data", [])
     if not all(isinstance(d, str) and d in DATA_FILES for d in data):
@@ -200,20 +210,35 @@ def _claim(path: str, where: str, raw: Any, source: str, unsourced: str | None) 
 
 
 def _check_can_fail(path: Path | str, where: str, entry: dict[str, Any], sides: list[Side]) -> None:
-    """Refuse a claim that cannot fail: its better side's metric counts a superset, per image, of the worse side's
-    on the same model, arguments and training (e.g. "correct or flagged" against "correct" of one CapsNet)."""
+    """Refuse a claim whose verdict is fixed by construction (reporting/containment.py): identical sides as measured
+    (defaults resolved); a beats claim whose better side contains the worse side's correct images on the same model
+    (it cannot fail) or is contained in them (it cannot hold); a no_better claim whose better side is contained in
+    the worse side's (it cannot fail)."""
     if entry["suite"] not in SUITES:
         return
-    better, worse = sides
-    metric = {m.name: m for m in SUITES.get(entry["suite"]).metrics}
-    a, b = better.metric or entry["metric"], worse.metric or entry["metric"]
-    same = (better.model, better.model_args, better.training, better.sweep) == (
-        worse.model, worse.model_args, worse.training, worse.sweep)
-    if same and b in metric[a].contains:
-        raise CapsbenchError(
-            f"{path}: '{where}' cannot fail: {a} contains {b} on every image of the same {better.model}, so 'better' "
-            "holds by construction; compare what the source compares (e.g. two attacks' success, or two models)"
-        )
+    metrics = SUITES.get(entry["suite"]).metrics
+    contains = {m.name: m.contains for m in metrics}
+    higher = next(m.higher_is_better for m in metrics if m.name == entry["metric"])
+    better, worse = (measured(s, entry["metric"], entry.get("sweep", {}), entry.get("run", {})) for s in sides)
+
+    def good(x: Measured, y: Measured) -> bool:  # x is at least as good as y on every image, by construction
+        return at_least(x, y, contains) if higher else at_least(y, x, contains)
+
+    relation, model = entry.get("relation", "beats"), sides[0].model
+    if better == worse:
+        why = "its two sides are the same measurement (defaults resolved): the difference is 0 by construction"
+    elif relation == "beats" and good(better, worse):
+        why = f"the better side counts every image the worse side counts, on the same {model}: 'better' cannot fail"
+    elif relation == "beats" and good(worse, better):
+        why = f"the worse side counts every image the better side counts, on the same {model}: 'better' cannot hold"
+    elif relation == "no_better" and good(worse, better):
+        why = (f"the worse side counts every image the better side counts, on the same {model}: 'no better' cannot "
+               "fail")
+    else:
+        return
+    raise CapsbenchError(f"{path}: '{where}' cannot be decided by data: {why} (worst case within each attack, larger "
+                         "eps within smaller, robust within clean); compare what the source compares (e.g. two "
+                         "attacks' success, or two models)")
 
 
 def _side(path: Path | str, where: str, raw: Any) -> Side:
@@ -299,6 +324,9 @@ def parse_checks(path: Path | str, where: str, raw: Any, sides: dict[str, Side])
             raise CapsbenchError(f"{path}: '{at}.sides' must name better and/or worse, got {chosen!r}")
         if kind == "near_published" and any(sides[s].published is None for s in chosen):
             raise CapsbenchError(f"{path}: '{at}' compares with published numbers: give each of {chosen} `published`")
+        if kind == "model" and not NAME.match(value):
+            raise CapsbenchError(f"{path}: '{at}.model' must name a model (letters, digits, '_ - . / space'), got "
+                                 f"{value!r}")
         checks.append(Check(entry["what"], kind, value, chosen, entry.get("metric"), dict(entry.get("sweep", {})),
                             entry.get("needs", "")))
     return tuple(checks)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from capsbench.models import MODELS
 from capsbench.reporting.claim_files import KINDS, Check, Claim, Side
 from capsbench.reporting.frame import row_models, same_value
 
@@ -53,7 +54,12 @@ def protocol_misses(claim: Claim, frame: pd.DataFrame, budget: str) -> list[Miss
 
 
 def _side_miss(frame: pd.DataFrame, claim: Claim, side: Side, check: Check) -> str | None:
-    """Why one side misses a value check (mean over its seeds), or None when it meets it."""
+    """Why one side misses a model or value check (mean over its seeds), or None when it meets it."""
+    if check.kind == "model":
+        if side.model == check.value:
+            return None
+        built = "" if check.value in MODELS else ", which capsbench does not build"
+        return f"{side.model} stands for a side whose model is {check.value}{built}: {check.what}"
     own = check.kind == "near_published" or check.metric is None
     metric = (side.metric or claim.metric) if own else check.metric
     sweep = {**claim.sweep, **side.sweep} if own else check.sweep
@@ -75,11 +81,13 @@ def _side_miss(frame: pd.DataFrame, claim: Claim, side: Side, check: Check) -> s
 
 def _noise(rows: pd.DataFrame, mean: float, threshold: float) -> str:
     """For a percentage measured on test images: whether the miss lies within the sampling noise of the images behind
-    it (95 %: 1.96 binomial standard errors of the pooled images), said with its size; "" otherwise."""
+    it (95 %: 1.96 binomial standard errors of the distinct images; the seeds share the draw, so three seeds on 1,568
+    images are 1,568 images, not 4,704), said with its size; "" otherwise."""
     if "n" not in rows or rows["n"].isna().any() or not 0 < mean < 100:
         return ""
-    images = int(rows["n"].astype(float).sum())
+    images = int(rows["n"].astype(float).max())
     half = 1.96 * math.sqrt(mean * (100 - mean) / images)
     if abs(mean - threshold) > half:
-        return f" (noise ±{half:.2g} points on {images:,} images)"
-    return f", within noise (±{half:.2g} points on {images:,} images): the check cannot tell these models apart"
+        return f" (noise ±{half:.2g} points on {images:,} distinct images)"
+    return (f", within noise (±{half:.2g} points on {images:,} distinct images): the check cannot tell these models "
+            "apart")

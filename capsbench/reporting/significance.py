@@ -1,8 +1,9 @@
 """Which model, if any, is "best" in a table column: the leader only when it beats the runner-up under the seed rule,
-the one rule for "better" in tables, claims and words: the lead holds in every training seed, a t-test on the
-per-seed differences gives p < 0.05 and, where both were measured on the same images, McNemar on the pooled per-image
-outcomes too. One seed compares trained instances (these weights on these images), not architectures: nothing is
-best. Exact counts (parameters, MACs) have no noise: a strict lead is enough."""
+the one rule for "better" in tables, claims and words: a strict lead in every training seed (a tie is no lead), a
+t-test on the per-seed differences (their spread floored at one image in n) gives p < 0.05 and, where both were
+measured on the same images, the clustered McNemar test on the per-image outcomes (each distinct image once) too. One
+seed compares trained instances (these weights on these images), not architectures: nothing is best. Exact counts
+(parameters, MACs) have no noise: a strict lead is enough."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capsbench.util.stats import ALPHA, paired_p, seed_differences_p, welch_p
+from capsbench.util.image_tests import clustered_mcnemar_p, image_differences
+from capsbench.util.seed_tests import seed_differences_p, welch_p
+from capsbench.util.stats import ALPHA
 
 
 @dataclass
@@ -48,18 +51,21 @@ def best_row(cells: dict[str, Cell], *, higher_is_better: bool, exact: bool = Fa
     if exact:
         return Verdict(best, runner, None, "exact")
     common = sorted(set(a.values) & set(b.values))
+    sizes = {len(c.outcomes[s]) for c in (a, b) for s in c.outcomes}
+    step = 100.0 / sizes.pop() if len(sizes) == 1 else 0.0  # an accuracy (%) on n images moves in steps of one image
     if len(common) < 2:
         if len(a.values) >= 2 and len(b.values) >= 2:  # seeds measured on one side only: nothing to pair
-            p = welch_p(list(a.values.values()), list(b.values.values()))
+            p = welch_p(list(a.values.values()), list(b.values.values()), step)
             return Verdict(best if p < ALPHA else None, runner, p, "welch")
         return Verdict(None, runner, None, "one seed: trained instances, not architectures")
     sign = 1.0 if higher_is_better else -1.0
     diffs = [sign * (a.values[s] - b.values[s]) for s in common]
     if any(d < 0 for d in diffs):
         return Verdict(None, runner, None, "the direction differs between seeds")
-    p = seed_differences_p(diffs)
-    paired = [s for s in common if s in a.outcomes and s in b.outcomes and len(a.outcomes[s]) == len(b.outcomes[s])]
-    if paired == common:
-        p = max(p, paired_p(np.concatenate([a.outcomes[s] for s in common]),
-                            np.concatenate([b.outcomes[s] for s in common])))
+    if any(d == 0 for d in diffs):
+        return Verdict(None, runner, None, "a seed ties: a zero difference is no lead")
+    p = seed_differences_p(diffs, step)
+    if all(s in a.outcomes and s in b.outcomes for s in common) and step:
+        p = max(p, clustered_mcnemar_p(image_differences([a.outcomes[s] for s in common],
+                                                         [b.outcomes[s] for s in common])))
     return Verdict(best if p < ALPHA else None, runner, p, "seeds")

@@ -337,8 +337,9 @@ def _cells_note(t: Table, compared: bool, noisy: bool) -> str:
     if compared and noisy and max(seeds, default=1) < 2:
         text += "; nothing is bold: one seed compares these weights, not the architectures (seeds=[0,1,2] does)"
     elif compared and noisy:
-        text += ("; bold: better than the runner-up in every seed, with a t-test on the per-seed differences and "
-                 "paired McNemar on the pooled images both p < 0.05; nothing bold where no model is")
+        text += ("; bold: strictly ahead of the runner-up in every seed, with a t-test on the per-seed differences "
+                 "and McNemar's test on the distinct test images (each once, whatever the seeds) both p < 0.05; "
+                 "nothing bold where no model is")
     elif compared:
         text += "; bold: the best exact count (no noise)"
     return text

@@ -4,6 +4,7 @@ no records; with the budget, the seeds, and what each verdict needs next."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -86,13 +87,14 @@ def judge(claim: Claim, run: Run | None, one_seed: bool = False) -> Judgement:
         model = claim.better.model if better.undertrained else claim.worse.model
         return Judgement(claim, UNRESOLVED, f"{model} is undertrained (below its dataset's validation floor)",
                          needs="longer training (budget=quick or paper)", **kept)
-    metric = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric)  # checked when loaded
+    suite = SUITES.get(claim.suite)
+    metric = next(m for m in suite.metrics if m.name == claim.metric)  # checked when loaded
     if metric.exact:
-        return _exact(claim, better, worse, kept)
+        return _exact(claim, metric, better, worse, kept)
     if claim.relation != "beats":
-        decision = decide_margin(claim, metric, better, worse)
+        decision = decide_margin(claim, metric, better, worse, one_seed)
     else:
-        decision = decide(claim, metric, run.budget, better, worse, one_seed)
+        decision = decide(claim, metric, run.budget, better, worse, one_seed, repeats=not suite.needs_training)
     verdict = {1: SUPPORTED, -1: REFUTED, 0: UNRESOLVED}[decision.direction]
     return Judgement(claim, verdict, decision.reason, p=decision.p, needs=decision.needs, **kept)
 
@@ -114,19 +116,24 @@ def _devices(claim: Claim, run: Run | None) -> list[str]:
     return sorted({str(d) for d in rows.get("device", pd.Series(dtype=object)).dropna()})
 
 
-def _exact(claim: Claim, better: Evidence, worse: Evidence, kept: dict[str, Any]) -> Judgement:
-    """An exact count (parameters, MACs): reproduced when each side's count rounds to its published number as printed
-    and the claimed relation holds on the counts; differs otherwise, saying which."""
+def _exact(claim: Claim, metric: Any, better: Evidence, worse: Evidence, kept: dict[str, Any]) -> Judgement:
+    """An exact count (parameters, MACs): reproduced when each side's count prints as its published number and the
+    claimed relation holds on the counts (beats: strictly, by min_effect or the ratio where given; parity: within the
+    margin; no better: not better by the margin); differs otherwise, saying which."""
     wrong = [f"{side.model} counts {e.mean:.6g}, printed {side.published:g}"
              for side, e in ((claim.better, better), (claim.worse, worse))
              if side.published is not None and not printed_match(e.mean, side.published)]
-    higher = next(m for m in SUITES.get(claim.suite).metrics if m.name == claim.metric).higher_is_better
+    lead = (better.mean - worse.mean) * (1.0 if metric.higher_is_better else -1.0)  # > 0: `better` is better
+    said = f"{better.mean:.6g} against {worse.mean:.6g}"
     if claim.ratio is not None:
-        factor = better.mean / worse.mean if higher else worse.mean / better.mean
+        factor = better.mean / worse.mean if metric.higher_is_better else worse.mean / better.mean
         holds, said = factor >= claim.ratio, f"a factor of {factor:.3g} against the claimed {claim.ratio:g}x"
+    elif claim.relation == "parity":
+        holds, said = abs(lead) < claim.margin, f"{said}: {abs(lead):.6g} apart, the margin {claim.margin:g}"
+    elif claim.relation == "no_better":
+        holds, said = lead < claim.margin, f"{said}: a lead of {lead:+.6g}, the margin {claim.margin:g}"
     else:
-        holds = better.mean > worse.mean if higher else better.mean < worse.mean
-        said = f"{better.mean:.6g} against {worse.mean:.6g}"
+        holds = lead > 0 and lead >= (claim.min_effect or 0.0)
     if not holds:
         wrong.append(f"the claimed relation does not hold: {said}")
     reason = f"exact counts ({said}; counts do not depend on the seed)"
@@ -137,11 +144,12 @@ def _exact(claim: Claim, better: Evidence, worse: Evidence, kept: dict[str, Any]
 
 
 def printed_match(value: float, printed: float) -> bool:
-    """Whether `value` prints as `printed`, rounded or truncated, at the precision it was printed with (its shortest
-    decimal form): within one unit of its last digit (6.8 stands for 6.7-6.9 exclusive, 161 K for 160-162 K)."""
+    """Whether `value` prints as `printed` at the precision it was printed with (its shortest decimal form), rounded
+    or truncated: 6.8 stands for 6.75 to 6.9 (exclusive), 161 for 160.5 to 162; 6.71 does not print as 6.8."""
     text = repr(float(printed))
     decimals = len(text.split(".")[1].rstrip("0")) if "." in text and "e" not in text else 0
-    return abs(value - printed) < 10.0 ** -decimals - 1e-12
+    scaled, target = value * 10.0**decimals, round(printed * 10.0**decimals)
+    return math.floor(scaled + 0.5 + 1e-9) == target or math.floor(scaled + 1e-9) == target
 
 
 def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | Absent:
@@ -174,7 +182,9 @@ def _evidence(claim: Claim, side: Side, run: Run) -> Evidence | Absent:
         else None
     )
     undertrained = UNDERTRAINED in rows and bool(rows[UNDERTRAINED].fillna(False).astype(bool).any())
-    return Evidence(values, outcomes, images, interval, undertrained)
+    draws = {int(r.seed): r.test_subset_sha256 if isinstance(getattr(r, "test_subset_sha256", None), str) else None
+             for r in rows.itertuples()}  # which images each seed measured (None: the whole test split)
+    return Evidence(values, outcomes, images, interval, undertrained, draws)
 
 
 def _absent(claim: Claim, side: Side, run: Run, metric: str) -> Absent:
@@ -218,8 +228,10 @@ def describe(e: Evidence | None) -> str:
 
 def verdict_cell(j: Judgement) -> str:
     """The verdict with what it stands on, e.g. "supported (quick, 3 seeds)", "supported (no better than, quick, 3
-    seeds)", "refuted (cpu, batch 1, paper, 3 seeds)", "reproduced (paper)"."""
-    seeds = "one seed" if j.seeds == 1 else f"{j.seeds} seeds" if j.seeds else ""
+    seeds)", "refuted (cpu, batch 1, paper, 3 repeats)" (a suite that trains nothing repeats a measurement: its seeds
+    are no training seeds), "reproduced (paper)"."""
+    unit = "seed" if SUITES.get(j.claim.suite).needs_training else "repeat"  # an untrained suite repeats a timing
+    seeds = f"one {unit}" if j.seeds == 1 else f"{j.seeds} {unit}s" if j.seeds else ""
     relation = RELATION_WORDS.get(j.claim.relation, "") if j.verdict in (SUPPORTED, REFUTED) else ""
     where = [str(j.claim.sweep["device"])] if "device" in j.claim.sweep else []
     where += [f"batch {j.claim.sweep['batch']}"] if where and "batch" in j.claim.sweep else []
@@ -252,19 +264,25 @@ RULE = (
     "Verdict rule: a claim is judged only where its measured models meet the protocol its published numbers assume "
     "(the checks each claim declares, e.g. both models at the paper's MNIST accuracy, or within a stated distance of "
     "the published error, or the paper's budget; a side without a training protocol stands for a standard-trained "
-    "model); otherwise it is 'protocol not met', with the numbers that missed, and a smoke run never meets one. A "
-    "claim that model A beats model B is then supported when A is better in the claimed direction (each metric's "
-    "higher_is_better) in every training seed, a t-test on the per-seed differences gives p < "
-    f"{ALPHA} and, where both were measured on the same test images, McNemar on the pooled per-image outcomes also "
-    f"gives p < {ALPHA}; refuted likewise the other way; not resolved otherwise. A claim that two models are alike "
-    "(as good as; no better than) states a margin and is supported where one-sided tests over the seeds and on the "
-    "pooled images put the difference inside it, refuted where a difference beyond it holds in every seed. With one "
-    "seed the verdict is at most not resolved (one_seed_verdicts=true allows one, marked 'one seed'); seeds measured "
-    "on one side only are compared with Welch's t-test; exact counts such as parameters do not depend on the seed "
-    "and are reproduced (as printed, with the claimed relation holding) or differ; a cost claim is judged per device "
-    'it was measured on; a claimed factor ("10x slower") is tested on log values against the log of the factor. '
-    "Undertrained models are never judged; a model measured with other arguments or settings than the claim names "
-    "has no records for it. The budget and the seeds stand in every verdict."
+    "model; a claim and its opposite on the same models and metric declare the same checks); otherwise it is "
+    "'protocol not met', with the numbers that missed, and a smoke run never meets one. A claim that model A beats "
+    "model B is then supported when A is strictly ahead in the claimed direction (each metric's higher_is_better) in "
+    "every training seed (a tie is no lead), a t-test on the per-seed differences gives p < "
+    f"{ALPHA} (their spread floored at one image in n: seeds that agree exactly show no certainty) and, where both "
+    "were measured on the same test images, the clustered McNemar test on the per-image outcomes (each distinct "
+    f"image once, whatever the seeds) also gives p < {ALPHA}; with a min_effect (the size of effect the source's words "
+    "carry: 'far more', 'much smaller') both tests are against it, so the 95 % interval of the difference lies above "
+    "it, and a difference below it is said, not sent back for more seeds; refuted when B is ahead in every seed with "
+    "both tests p < 0.05; not resolved otherwise. A claim that two models are alike (as good as; no better than) "
+    "states a margin and is supported where one-sided t-tests over the seeds and Tango's score test on the per-image "
+    "means put the difference inside it, refuted where a difference beyond it holds in every seed; the row says which "
+    "side is ahead. With one seed the verdict is at most not resolved (one_seed_verdicts=true allows one from the "
+    "per-image test, marked 'one seed'); seeds measured on one side only are compared with Welch's t-test; exact "
+    "counts such as parameters do not depend on the seed and are reproduced (as printed, rounded or truncated, with "
+    "the claimed relation holding) or differ; a cost claim is judged per device it was measured on, over repeated "
+    'measurements (a seed changes no timing); a claimed factor ("10x slower") is tested on log values against the '
+    "log of the factor. Undertrained models are never judged; a model measured with other arguments or settings than "
+    "the claim names has no records for it. The budget and the seeds stand in every verdict."
 )
 
 

@@ -1,12 +1,10 @@
-"""Uncertainty of measured accuracies: Wilson intervals, paired McNemar tests, Welch's t-test across seeds, the t-test
-on per-seed differences, and a compact encoding of per-image outcomes so that paired tests can be run from tidy
-records."""
+"""Uncertainty of measured accuracies: Wilson intervals, paired McNemar tests on one seed's images, and a compact
+encoding of per-image outcomes so that paired tests can be run from tidy records (tests over seeds:
+capsbench.util.seed_tests; per-image tests over several seeds: capsbench.util.image_tests)."""
 
 from __future__ import annotations
 
 import base64
-import math
-from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -52,29 +50,6 @@ def paired_p(correct_a: np.ndarray, correct_b: np.ndarray) -> float:
     return mcnemar_p(int((a & ~b).sum()), int((b & ~a).sum()))
 
 
-def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided Welch t-test p-value between two sets of per-seed values (needs >= 2 of each); 1.0 when
-    both sets are constant and equal, 0.0 when both are constant and differ."""
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(x) < 2 or len(y) < 2:
-        raise ValueError("Welch's t-test needs at least two seeds per model")
-    if x.std() == 0 and y.std() == 0:
-        return 1.0 if x.mean() == y.mean() else 0.0
-    return float(sps.ttest_ind(x, y, equal_var=False).pvalue)
-
-
-def seed_differences_p(differences: Sequence[float]) -> float:
-    """Two-sided one-sample t-test p-value that the mean of per-seed differences (model A - model B, one per training
-    seed) is 0: the test on paired differences, whose spread is the variance between training seeds. Needs >= 2;
-    1.0 when every difference is 0, 0.0 when they are all equal and nonzero."""
-    d = np.asarray(differences, dtype=float)
-    if len(d) < 2:
-        raise ValueError("a test on per-seed differences needs at least two seeds")
-    if d.std() == 0:
-        return 1.0 if d.mean() == 0 else 0.0
-    return float(sps.ttest_1samp(d, 0.0).pvalue)
-
-
 def encode_outcomes(correct: np.ndarray) -> str:
     """Per-item booleans as URL-safe base64 of their packed bits (8 items a byte, first item in the high bit)."""
     bits = np.packbits(np.asarray(correct, dtype=bool))
@@ -102,29 +77,3 @@ def error_fields(correct: np.ndarray) -> dict[str, float | int | str]:
     """The same columns for the error rate (100 - accuracy); outcomes stay per-item correctness."""
     acc = accuracy_fields(correct)
     return {**acc, "value": 100.0 - acc["value"], "ci_low": 100.0 - acc["ci_high"], "ci_high": 100.0 - acc["ci_low"]}
-
-
-def beyond_margin_p(differences: Sequence[float], bound: float, above: bool) -> float:
-    """One-sided t-test p-value, over per-seed differences, that their mean lies above `bound` (above=True) or below
-    it: a margin test's one side (two of them at -margin and +margin are the two one-sided tests of equivalence,
-    Schuirmann 1987). Needs >= 2; with no spread, 0.0 when every difference is on the tested side, else 1.0."""
-    d = np.asarray(differences, dtype=float)
-    if len(d) < 2:
-        raise ValueError("a margin test over seeds needs at least two seeds")
-    if d.std() == 0:
-        return 0.0 if (d[0] > bound if above else d[0] < bound) else 1.0
-    return float(sps.ttest_1samp(d, bound, alternative="greater" if above else "less").pvalue)
-
-
-def paired_beyond_margin_p(correct_a: np.ndarray, correct_b: np.ndarray, bound: float, above: bool) -> float:
-    """One-sided z-test p-value, on paired per-image outcomes, that the accuracy difference a - b (a fraction) lies
-    above `bound` (or below it): the paired-proportions test with the variance of the discordant pairs (Tango 1998,
-    Wald form); 1.0 (nothing shown) when no pair is discordant and the bound is not already passed."""
-    a, b = np.asarray(correct_a, dtype=bool), np.asarray(correct_b, dtype=bool)
-    n, only_a, only_b = len(a), int((a & ~b).sum()), int((b & ~a).sum())
-    diff = (only_a - only_b) / n
-    var = (only_a + only_b - (only_a - only_b) ** 2 / n) / n**2
-    if var <= 0:
-        return 0.0 if (diff > bound if above else diff < bound) else 1.0
-    z = (diff - bound) / math.sqrt(var)
-    return float(sps.norm.sf(z) if above else sps.norm.cdf(z))
