@@ -10,7 +10,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -19,7 +18,7 @@ from capsbench.data import DATASETS
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES
 from capsbench.util.atomic import write_text
-from capsbench.util.hashing import content_key
+from capsbench.util.folders import checkpoint_file
 from capsbench.util.shipped import shipped_dir
 
 TRAIN_PASSES = 3  # a training step: a forward pass and a backward pass of about twice its cost, per image
@@ -50,34 +49,23 @@ def training_work(spec: UnitSpec) -> float:
 
 
 def plan_work(units: list[UnitSpec]) -> dict[str, Work]:
-    """Declared work per unit key. Units that share a checkpoint (capsbench.run.execute.training_group) count its
-    training once, on the first of them, and none when the checkpoint is in the cache already."""
-    from capsbench.run.execute import training_group  # loads torch: only when a plan is priced, never at CLI start
-
+    """Declared work per unit key. Units that share a checkpoint (the planner's key) count its training once, on the
+    first of them, and none when the checkpoint is in the cache already."""
     trained: set[str] = set()
     out = {}
     for unit in units:
-        group = training_group(unit)
         train = 0.0
-        if group is not None and group not in trained:
-            trained.add(group)
+        if unit.checkpoint is not None and unit.checkpoint not in trained:
+            trained.add(unit.checkpoint)
             train = 0.0 if checkpoint_cached(unit) else training_work(unit)
         out[unit.key] = Work(train, SUITES.get(unit.suite)().work(unit.run_config()))
     return out
 
 
 def checkpoint_cached(unit: UnitSpec) -> bool:
-    """Whether the checkpoint the unit trains is in the cache (its key, from the dataset's description alone: no data
-    is read); a wrong guess only misjudges the time left."""
-    cfg = unit.run_config()
-    if cfg.retrain:
-        return False
-    described = SimpleNamespace(name=cfg.dataset, spec=DATASETS.get(cfg.dataset))  # what the key reads of the splits
-    from capsbench.train.checkpoints import CheckpointCache  # loads torch, as above
-    from capsbench.train.trained import training_identity
-
-    identity = training_identity(cfg, unit.model, unit.seed, described, SUITES.get(unit.suite)().protocol(cfg))
-    return CheckpointCache(cfg.cache_dir).path(content_key(identity)).is_file()
+    """Whether the checkpoint the unit trains is in the cache (retrain=true: never)."""
+    return not unit.config.get("retrain") and unit.checkpoint is not None \
+        and checkpoint_file(unit.config["cache_dir"], unit.checkpoint).is_file()
 
 
 # --- the device's rates ------------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from capsbench.train.trained import (
     external_weights,
     model_config,
     obtain_model,
-    train_settings_identity,
 )
 from capsbench.util import progress
 
@@ -134,25 +133,9 @@ def trained(spec: UnitSpec, emit: Sink = _ignore) -> TrainedModel:
 
 
 def training_group(spec: UnitSpec) -> str | None:
-    """Which checkpoint the unit trains or reuses, told without loading data: units with the same group need the same
-    checkpoint (model and its arguments, seed, dataset and training subsets, train settings, training protocol, cache).
-    None for a suite that trains nothing. It mirrors training.training_identity; the code and versions are this one."""
-    suite = SUITES.get(spec.suite)()
-    if not suite.needs_training or "weights" in spec.config:
-        return None
-    cfg = spec.run_config()
-    d = cfg.data
-    group = {
-        "model": spec.model,
-        "seed": spec.seed,
-        "dataset": cfg.dataset,
-        "cache_dir": cfg.cache_dir,
-        "model_args": OmegaConf.to_container(cfg.model_args)[spec.model],
-        "data": {k: d[k] for k in ("val_size", "train_subset", "val_subset")},
-        "train": train_settings_identity(cfg.train),  # optimizer, warm-up, adversarial, compile ... as in the key
-        "protocol": suite.protocol(cfg).identity(),
-    }
-    return json.dumps(group, sort_keys=True, default=str)
+    """Which checkpoint the unit trains or reuses (its cache and the planner's key): units of one group need the same
+    checkpoint. None for a unit that trains nothing."""
+    return None if spec.checkpoint is None else f"{spec.config['cache_dir']}/{spec.checkpoint}"
 
 
 def _process_settings(spec: UnitSpec) -> DictConfig:

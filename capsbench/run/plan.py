@@ -4,7 +4,7 @@ evaluator. The one place where per-model settings (model_args.<model>, model_tra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -112,7 +112,7 @@ def plan(cfg: DictConfig) -> list[UnitSpec]:
             trained_so = {"training": EXTERNAL} if "weights" in external else training_column(train)
             columns = {**variant.columns, **(trained_so if suite.needs_training or "weights" in external else {})}
             units += [UnitSpec(cfg.suite, model, seed, columns, config) for seed in cfg.seeds]
-    return units
+    return [keyed(u) for u in units]
 
 
 def training_unit(cfg: DictConfig, model: str, seed: int) -> UnitSpec:
@@ -122,7 +122,20 @@ def training_unit(cfg: DictConfig, model: str, seed: int) -> UnitSpec:
     config: dict[str, Any] = {k: base[k] for k in UNIT_KEYS if k != "train"}
     config.update(suite=TRAIN_COMMAND_SUITE, params=None, model_args={model: base["model_args"].get(model) or {}},
                   train=OmegaConf.to_container(model_trains(cfg)[model], resolve=True), **external_settings(cfg, model))
-    return UnitSpec(TRAIN_COMMAND_SUITE, model, seed, {}, config)
+    return keyed(UnitSpec(TRAIN_COMMAND_SUITE, model, seed, {}, config))
+
+
+def keyed(unit: UnitSpec) -> UnitSpec:
+    """The unit with the key of the checkpoint it trains or reuses (none for a suite that trains nothing, or weights
+    trained elsewhere): computed once here, from settings alone, so launchers group units and the cost model finds
+    cached checkpoints without rebuilding it."""
+    suite = SUITES.get(unit.suite)()
+    if not suite.needs_training or "weights" in unit.config:
+        return unit
+    from capsbench.train.trained import checkpoint_key  # lazy: torch, which a plan that fails early never needs
+
+    cfg = unit.run_config()
+    return replace(unit, checkpoint=checkpoint_key(cfg, unit.model, unit.seed, suite.protocol(cfg)))
 
 
 def unit_threads(cfg: DictConfig) -> int:

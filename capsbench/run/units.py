@@ -37,6 +37,7 @@ class UnitSpec:
     seed: int
     variant: dict[str, Any] = field(default_factory=dict)  # record columns naming the variant, e.g. {"r": 3}
     config: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None  # the key of the checkpoint it trains or reuses (the planner's); None: trains none
 
     @property
     def dataset(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from capsbench.util.atomic import save_torch, write_text
+from capsbench.util.folders import checkpoint_file
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class CheckpointCache:
         self.directory = Path(directory)
 
     def path(self, key: str) -> Path:
-        return self.directory / f"{key}.ckpt"
+        return checkpoint_file(self.directory, key)
 
     def partial_path(self, key: str) -> Path:
         return self.directory / f"{key}.partial.ckpt"

@@ -12,6 +12,7 @@ from pathlib import Path
 from capsbench.util.atomic import atomic_file, make_folder, write_text
 
 RUNS = "runs"
+CHECKPOINT_SUFFIX = ".ckpt"
 COPIED = ".latest-files"  # in a latest folder: the files the last copy put there, one relative path a line
 
 
@@ -52,3 +53,8 @@ def publish_latest(source: Path, target: Path) -> dict[str, Path]:
         (target / name).unlink(missing_ok=True)
     write_text(listing, "".join(f"{name}\n" for name in names))
     return copies
+
+
+def checkpoint_file(cache_dir: str | Path, key: str) -> Path:
+    """Where the checkpoint cache keeps the finished checkpoint of `key` (capsbench.train.checkpoints)."""
+    return Path(cache_dir) / f"{key}{CHECKPOINT_SUFFIX}"
