@@ -4,10 +4,12 @@ work over the device's measured rates, with what this machine measured over the 
 from __future__ import annotations
 
 import json
+import math
 
+import pytest
 from composing import compose
 
-from capsbench.run.cost_model import Work, observe, price, rates
+from capsbench.run.cost_model import Work, observe, price, rates, reference_macs, unit_macs
 from capsbench.run.plan import plan
 from capsbench.run.units import UnitResult
 
@@ -30,17 +32,43 @@ def test_gpu_without_dry_run_is_refused(tmp_path, cli_probe):
     assert probe.code == 2 and "--gpu names the GPU a --dry-run prices" in probe.stderr
 
 
-def test_price_is_work_over_rate_and_says_what_it_guessed(tmp_path):
+def test_price_is_work_over_rate_and_says_how_it_derived_what_was_not_measured(tmp_path):
     cfg = compose(["suite=robustness", f"output_dir={tmp_path}", "device=cpu"])
     units = plan(cfg)
     work = {u.key: Work(train=3670.0 * 60 if u.model == "capsnet" else 0.0, measure=13500.0 * 60) for u in units}
-    table = {"cpu2": {"label": "2 cores", "train": {"quick": {"capsnet": 3670}},
+    table = {"cpu2": {"label": "2 cores", "scale": 2, "train": {"quick": {"capsnet": 3670}},
                       "measure": {"robustness/quick": {"capsnet": 13500, "cnn_sabour": 27000}}}}
     estimate = price(units, work, "cpu2", table)
-    assert estimate.minutes == 1 + 1 + 0.5 + 1  # capsnet 1 + 1 min; cnn_sabour 0.5; cnn_9x9 as the slowest, 1
-    assert "cnn_9x9 priced as capsnet" in estimate.why and estimate.device == "2 cores"
-    assert price(units, work, "cpu8", table).why.startswith("cpu8 priced with cpu2's rates")
+    nine, near = next(u for u in units if u.model == "cnn_9x9"), None
+    macs = {m: reference_macs(m, "quick", nine) for m in ("capsnet", "cnn_sabour")}
+    near = min(macs, key=lambda m: abs(math.log(macs[m] / unit_macs(nine))))
+    rate = {"capsnet": 13500, "cnn_sabour": 27000}[near] * macs[near] / unit_macs(nine)
+    assert estimate.minutes == pytest.approx(1 + 1 + 0.5 + 13500 / rate)  # capsnet 1 + 1 min, cnn_sabour 0.5
+    assert f"cnn_9x9 (measure, robustness/quick) scaled by MACs from {near}" in estimate.why
+    assert estimate.device == "2 cores"
+    assert price(units, work, "cpu8", table).why.startswith("cpu8 is not in suites/devices/rates.yaml: priced as cpu2")
     assert price(units, work, "cpu2", {"cpu2": {"label": "x"}}).minutes is None
+
+
+def test_a_gpu_nobody_measured_is_priced_from_one_that_was_by_published_peak(tmp_path):
+    cfg = compose(["suite=robustness", f"output_dir={tmp_path}", "device=cpu", "models=[capsnet]"])
+    units = plan(cfg)
+    work = {u.key: Work(train=0.0, measure=1e6) for u in units}
+    table = {"H200": {"label": "H200", "scale": 60, "measure": {"robustness/quick": {"capsnet": 1e6}}},
+             "A100": {"label": "A100", "scale": 20}}
+    estimate = price(units, work, "A100", table)
+    assert estimate.minutes == pytest.approx(3 / 60) and "scaled from H200's measured rate by peak fp32" in estimate.why
+
+
+def test_a_dry_run_of_the_paper_claims_prices_the_default_gpu_on_a_machine_without_one(tmp_path, cli_probe,
+                                                                                       mnist_root):
+    probe = cli_probe(["run", "suite=claims", "budget=paper", "device=cuda", f"data.root={mnist_root}",
+                       "data.download=false", f"output_dir={tmp_path / 'out'}", "claims=[marchisio2023-worst-case]",
+                       "--dry-run", "--format", "json"], cwd=tmp_path)
+    assert probe.code == 0, probe.stderr
+    described = json.loads(probe.stdout)
+    assert described["device"] == "NVIDIA H100" and described["minutes"] > 0
+    assert "scaled from NVIDIA H200's measured rate" in described["why"]
 
 
 def test_a_finished_unit_adds_its_rates_to_this_machines_table(tmp_path):
@@ -65,7 +93,8 @@ def test_the_units_bar_counts_priced_seconds_and_credits_measuring_in_them(tmp_p
     work = {u.key: Work(train=0.0, measure=13500.0 * 60) for u in units}
     table = {"cpu2": {"measure": {"robustness/quick": {"capsnet": 13500, "cnn_sabour": 27000}}}}
     seconds = priced_work(units, work, "cpu2", table)
-    assert [seconds[u.key].measure for u in units] == [60.0, 30.0, 60.0]  # cnn_9x9 at the slowest measured rate
+    assert [seconds[u.key].measure for u in units[:2]] == [60.0, 30.0]  # cnn_9x9's derived by MACs (test above)
+    assert sum(w.measure for w in seconds.values()) / 60 == pytest.approx(price(units, work, "cpu2", table).minutes)
     credits = Credits(seconds, units, declared=work)
     half = UnitEvent(units[1].key, "measured", {"passes": 13500.0 * 30})
     assert credits.event(half) == 15.0  # half of cnn_sabour's declared passes: half its 30 priced seconds

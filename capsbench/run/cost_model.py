@@ -6,8 +6,11 @@ weighs units by the same work."""
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +25,9 @@ from capsbench.util.folders import checkpoint_file
 from capsbench.util.shipped import shipped_dir
 
 TRAIN_PASSES = 3  # a training step: a forward pass and a backward pass of about twice its cost, per image
-GPUS = ("H200", "H100")  # the GPUs the shipped table prices; a GPU it lacks is priced as the first it has
+DEFAULT_GPU = "H100"  # what device=cuda is priced as where this machine has no GPU and --gpu names none
 OBSERVED = "rates.json"  # under the checkpoint cache: the rates this machine measured
+SCALE_WORDS = {False: "peak fp32 throughput", True: "cores"}  # what a device's `scale` is, for a GPU and a CPU
 
 
 @dataclass(frozen=True)
@@ -86,20 +90,26 @@ class Estimate:
 
 def device_key(device: str, gpu: str | None = None) -> str:
     """The rates table's name for a run's device: cpu<cores> for the CPU (the cores this process may use); for CUDA
-    the GPU in this machine (by name, e.g. H200), else `gpu` (a GPU named for a plan priced elsewhere), else H100."""
+    the GPU in this machine (by the table's names, e.g. H200), else `gpu` (a GPU named for a plan priced elsewhere),
+    else DEFAULT_GPU."""
     if not str(device).startswith("cuda"):
         return f"cpu{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}"
     import torch  # lazy: only a CUDA run needs it here, and it is loaded by then
 
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
-        return next((g for g in GPUS if g in name), name)
-    return gpu or "H100"
+        return next((g for g in gpu_names() if g in name), name)
+    return gpu or DEFAULT_GPU
+
+
+def gpu_names() -> list[str]:
+    """The GPUs the shipped table describes (with their published peak), longest names first for matching."""
+    return sorted((d for d, row in _shipped().items() if not d.startswith("cpu")), key=len, reverse=True)
 
 
 def rates(cache_dir: str | None) -> dict[str, Any]:
     """The shipped table under what this machine measured (<cache_dir>/rates.json), device by device."""
-    table = yaml.safe_load((shipped_dir() / "suites" / "devices" / "rates.yaml").read_text())
+    table = _shipped()
     for device, seen in _observed(cache_dir).items():
         mine = table.setdefault(device, {"label": device})
         for kind in ("train", "measure"):
@@ -108,9 +118,13 @@ def rates(cache_dir: str | None) -> dict[str, Any]:
     return table
 
 
+def _shipped() -> dict[str, Any]:
+    return yaml.safe_load((shipped_dir() / "suites" / "devices" / "rates.yaml").read_text())
+
+
 def price(units: list[UnitSpec], work: dict[str, Work], device: str, table: dict[str, Any]) -> Estimate:
-    """The minutes of `units` (their `work`) on `device` (a key of `table`); a device the table lacks is priced as
-    its nearest kind (another GPU, or 2 CPU cores), said in `why`."""
+    """The minutes of `units` (their `work`) on `device`, every rate that was not measured there derived from one that
+    was (the basis said in `why`); None only where nothing can be derived."""
     seconds, notes, missing, label = _priced(units, work, device, table)
     if missing:
         return Estimate(None, "; ".join(dict.fromkeys(missing)), label)
@@ -118,45 +132,150 @@ def price(units: list[UnitSpec], work: dict[str, Work], device: str, table: dict
 
 
 def priced_work(units: list[UnitSpec], work: dict[str, Work], device: str, table: dict[str, Any]) -> dict[str, Work]:
-    """Each unit's work in seconds on `device` (training and measuring priced by their rates; a part with no rate
-    at its declared passes over the device's slowest measuring rate): what the units' progress bar counts, so its
-    first time left is the cost model's and later ones follow the rate measured."""
+    """Each unit's work in seconds on `device` (a part with no rate at its declared passes over the device's slowest
+    measuring rate): what the units' progress bar counts, so its first time left is the cost model's and later ones
+    follow the rate measured."""
     return _priced(units, work, device, table)[0]
 
 
 def _priced(units: list[UnitSpec], work: dict[str, Work], device: str,
             table: dict[str, Any]) -> tuple[dict[str, Work], list[str], list[str], str]:
-    known = device if device in table else _nearest(device, table)
-    notes = [] if known == device else [f"{device} priced with {known}'s rates"]
-    rates_of, missing, out = table[known], [], {}
-    fallback = min((r for models in rates_of.get("measure", {}).values() for r in models.values()), default=1000.0)
+    notes = [] if device in table else [f"{device} is not in suites/devices/rates.yaml: priced as "
+                                        f"{_fallback_device(device, table)}"]
+    device = device if device in table else _fallback_device(device, table)
+    missing, out = [], {}
+    slowest = min((r for models in table[device].get("measure", {}).values() for r in models.values()), default=1000.0)
     for unit in units:
         w, budget, parts = work[unit.key], unit.config["budget"], {}
         for kind, passes, where in (("train", w.train, budget), ("measure", w.measure, f"{unit.suite}/{budget}")):
-            rate, note = _rate(rates_of.get(kind, {}).get(where, {}), unit.model) if passes > 0 else (1.0, "")
+            rate, note = _rate(table, device, kind, where, unit) if passes > 0 else (1.0, "")
             if rate is None:
-                missing.append(f"no {kind} rate for {unit.model} ({where}) on {known}")
-                rate = fallback
+                missing.append(f"no {kind} rate for {unit.model} ({where}) on {device} nor one to derive it from")
+                rate = slowest
             parts[kind] = passes / rate
             notes += [note] if note else []
         out[unit.key] = Work(parts["train"], parts["measure"])
-    return out, notes, missing, rates_of.get("label", known)
+    return out, notes, missing, table[device].get("label", device)
 
 
-def _nearest(device: str, table: dict[str, Any]) -> str:
-    kind = "cpu" if device.startswith("cpu") else "gpu"
-    same = [d for d in table if d.startswith("cpu")] if kind == "cpu" else [g for g in GPUS if g in table]
-    return same[0] if same else next(iter(table))
+def _label(table: dict[str, Any], device: str) -> str:
+    return str(table[device].get("label", device))
 
 
-def _rate(models: dict[str, float], model: str) -> tuple[float | None, str]:
-    """The model's rate, else the slowest measured model's (said), else None."""
-    if model in models:
-        return float(models[model]), ""
-    if not models:
+def _fallback_device(device: str, table: dict[str, Any]) -> str:
+    """A device the table lacks is priced as the first of its kind the table has (a GPU, or CPU cores)."""
+    cpu = device.startswith("cpu")
+    return next((d for d in table if d.startswith("cpu") == cpu), next(iter(table)))
+
+
+def _rate(table: dict[str, Any], device: str, kind: str, where: str, unit: UnitSpec,
+          across: bool = True) -> tuple[float | None, str]:
+    """The image passes per second of `unit`'s `kind` of work on `device`, and how it was found: measured there; else
+    the model's rate on another device of its kind, scaled by their scale (a GPU's published peak fp32, a CPU's
+    cores); else, on this device or another, the rate of the model measured at `where` whose MACs per image are
+    closest, scaled by MACs (and scale); else the model's rate in another suite at this budget; else (across) the rate
+    derived on a device of the other kind (a CPU for a GPU), times the measured speed-up between them. None: nothing
+    to derive it from."""
+    here, model = table[device], unit.model
+    peers = [device] + [d for d in table if d != device and d.startswith("cpu") == device.startswith("cpu")
+                        and "scale" in table[d]]
+    ratio = {d: float(here.get("scale", 1.0)) / float(table[d].get("scale", 1.0)) for d in peers}
+    for d in peers:
+        got = table[d].get(kind, {}).get(where, {})
+        if model in got:
+            basis = "" if d == device else (f"{model} ({kind}, {where}) scaled from {_label(table, d)}'s measured "
+                                            f"rate by {SCALE_WORDS[d.startswith('cpu')]}")
+            return float(got[model]) * ratio[d], basis
+    mine = unit_macs(unit)
+    suite = where.partition("/")[0] if kind == "measure" else ""
+    wheres = sorted({at for d in peers for at in table[d].get(kind, {})}, key=lambda at: at != where)
+    for at in (at for at in wheres if at == where or at.startswith(suite)):  # another budget: its sizes in its MACs
+        for d in peers:
+            got = table[d].get(kind, {}).get(at, {})
+            if not got or not mine:
+                continue
+            sized = at.rpartition("/")[2]
+            near = min(got, key=lambda m: abs(math.log(reference_macs(m, sized, unit) or mine) - math.log(mine)))
+            theirs = reference_macs(near, sized, unit)
+            if theirs:
+                return (float(got[near]) * theirs / mine * ratio[d],
+                        f"{model} ({kind}, {where}) scaled by MACs from {near} ({at}) on {_label(table, d)}")
+    if kind == "measure":
+        budget = where.partition("/")[2]
+        for other, got in here.get(kind, {}).items():
+            if other.endswith(f"/{budget}") and model in got:
+                return float(got[model]), f"{model} ({where}) priced at its {other} rate"
+    if not across:
         return None, ""
-    slowest = min(models, key=models.get)
-    return float(models[slowest]), f"{model} priced as {slowest}"
+    for d in (d for d in table if d.startswith("cpu") != device.startswith("cpu")):
+        rate, _ = _rate(table, d, kind, where, unit, across=False)
+        speedup = _speedup(table, device, d)
+        if rate is not None and speedup is not None:
+            return rate * speedup, (f"{model} ({kind}, {where}) priced from {_label(table, d)} by the measured "
+                                    f"speed-up of {_label(table, device)} over it ({speedup:.0f}x)")
+    return None, ""
+
+
+def _speedup(table: dict[str, Any], device: str, other: str) -> float | None:
+    """How many times faster `device` is than `other`: the median ratio of their rates for the same work (kind,
+    suite and budget, model) measured on both; a device with none shared is taken through a measured device of its
+    kind, scaled by their `scale`."""
+    for d in [device] + [d for d in table if d != device and d.startswith("cpu") == device.startswith("cpu")]:
+        ratios = [float(rate) / float(table[other][kind][where][model])
+                  for kind in ("train", "measure") for where, models in table[d].get(kind, {}).items()
+                  for model, rate in models.items()
+                  if model in table[other].get(kind, {}).get(where, {})]
+        if ratios:
+            return statistics.median(ratios) * float(table[device].get("scale", 1)) / float(table[d].get("scale", 1))
+    return None
+
+
+@functools.cache
+def _macs(model: str, args_json: str) -> float | None:
+    """MACs of one forward pass of one image through `model` built with these arguments (on the meta device: no
+    memory, no arithmetic), by torch's FlopCounterMode; None where it cannot be built or counted."""
+    import torch  # lazy: pricing a plan loads torch, the CLI's start never
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from capsbench.models import create_model
+
+    args = json.loads(args_json)
+    try:
+        with torch.device("meta"), FlopCounterMode(display=False) as counter:
+            net = create_model(model, **args).eval()
+            net(torch.zeros(1, args["in_channels"], args["image_size"], args["image_size"]))
+    except Exception:  # noqa: BLE001  (any model that cannot run on meta tensors is priced without MACs)
+        return None
+    return counter.get_total_flops() / 2 or None
+
+
+def unit_macs(unit: UnitSpec) -> float | None:
+    """MACs per image of the unit's model at its sizes and dataset."""
+    return _model_macs(unit.model, dict(unit.config.get("model_args", {}).get(unit.model) or {}), unit.dataset)
+
+
+def reference_macs(model: str, budget: str, unit: UnitSpec) -> float | None:
+    """MACs per image of `model` at the sizes `budget` gives it (suites/budgets/<budget>.yaml), on the unit's
+    dataset: the model a measured rate belongs to."""
+    args = _shipped_yaml("budgets", budget).get("model_args", {}).get(model) or {}
+    return _model_macs(model, dict(args), unit.dataset)
+
+
+def _model_macs(model: str, args: dict[str, Any], dataset: str) -> float | None:
+    from capsbench.models import MODELS  # lazy: the registry's defaults
+
+    if model not in MODELS:
+        return None
+    spec = DATASETS.get(dataset)
+    full = {**MODELS.get(model).arguments(), **args, "in_channels": spec.in_channels,
+            "image_size": spec.train_crop or spec.image_size, "num_classes": spec.num_classes}
+    return _macs(model, json.dumps(full, sort_keys=True, default=list))
+
+
+@functools.cache
+def _shipped_yaml(folder: str, name: str) -> dict[str, Any]:
+    path = shipped_dir() / "suites" / folder / f"{name}.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 # --- what a run measures ------------------------------------------------------------------------------------------
@@ -167,8 +286,10 @@ def observe(result: UnitResult, work: Work, device: str, cache_dir: str | None) 
         return  # a run that cached nothing leaves no folder behind for its rates
     budget, seen = result.spec.config["budget"], {}
     measuring = result.seconds - result.train_seconds
-    if result.train_seconds > 0 and work.train > 0:
-        seen["train"] = {budget: {result.spec.model: round(work.train / result.train_seconds)}}
+    if result.train_seconds > 0 and work.train > 0:  # a target reached early trained fewer epochs than declared
+        declared = int(result.spec.config["train"]["epochs"]) or 1
+        done = min(declared, len(result.curves) or declared)
+        seen["train"] = {budget: {result.spec.model: round(work.train * done / declared / result.train_seconds)}}
     if measuring > 0 and work.measure > 0:
         seen["measure"] = {f"{result.spec.suite}/{budget}": {result.spec.model: round(work.measure / measuring)}}
     if not seen:
