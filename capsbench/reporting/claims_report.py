@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -28,7 +29,7 @@ class ClaimsRun:
     started: datetime
 
 
-def write_claims(root: Path, judged: list[verdicts.Judgement], lacking: dict[str, list[str]],
+def write_claims(root: Path, judged: list[verdicts.Judgement], lacking: dict[str, list[Any]],
                  sections: list[Section], run: ClaimsRun) -> dict[str, Path]:
     """Every file of the claims run under `root`, by name; `sections`: the measured sections' tables (written under
     `root` by the driver), for the report."""
@@ -43,7 +44,7 @@ def write_claims(root: Path, judged: list[verdicts.Judgement], lacking: dict[str
     return paths
 
 
-def claims_markdown(judged: list[verdicts.Judgement], lacking: dict[str, list[str]], run: ClaimsRun) -> str:
+def claims_markdown(judged: list[verdicts.Judgement], lacking: dict[str, list[Any]], run: ClaimsRun) -> str:
     """claims.md: the command, the counts per verdict, the rule, the table, and the data each unplanned claim needs."""
     lines = [
         f"# Claims at budget={run.budget}",
@@ -60,9 +61,9 @@ def claims_markdown(judged: list[verdicts.Judgement], lacking: dict[str, list[st
     ]
     if lacking:
         lines += ["## Claims whose data files are absent (not planned)", ""]
-        lines += [f"- `{cid}`: " + "; ".join(parts) for cid, parts in lacking.items()]
+        lines += [f"- `{cid}`: " + "; ".join(a.line() for a in absent) for cid, absent in lacking.items()]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _lacking_text(lacking: dict[str, list[str]]) -> str:
+def _lacking_text(lacking: dict[str, list[Any]]) -> str:
     return ", ".join(lacking) if lacking else "none"

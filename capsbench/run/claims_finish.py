@@ -42,8 +42,9 @@ class JudgeClaims:
 
     Args:
         claims: the chosen claims, in file order.
-        units: claim id -> its units; lacking: claim id -> its absent data files (it has no units).
-        unplanned: claim id -> why its protocol cannot be met at the run's budget and what it would cost (no units).
+        units: claim id -> its units; lacking: claim id -> its absent datasets (capsbench.run.claims_plan.Absent; it
+            has no units).
+        unplanned: claim id -> the budget its protocol assumes and what it would cost there (claims_plan.Unplanned).
         sections: section key -> the keys of its units.
         one_seed: allow verdicts from one seed; budget, seeds: the run's; command: the command line as typed.
         store: the MLflow store as the files name it (capsbench.util.uris.shown_uri).
@@ -51,8 +52,8 @@ class JudgeClaims:
 
     name = CLAIMS_SUITE
 
-    def __init__(self, *, claims: list[Claim], units: dict[str, list[UnitSpec]], lacking: dict[str, list[str]],
-                 unplanned: dict[str, str], sections: dict[str, set[str]], one_seed: bool, budget: str,
+    def __init__(self, *, claims: list[Claim], units: dict[str, list[UnitSpec]], lacking: dict[str, list[Any]],
+                 unplanned: dict[str, Any], sections: dict[str, set[str]], one_seed: bool, budget: str,
                  seeds: list[int], store: str, command: str) -> None:
         self.claims, self.units, self.lacking, self.sections = claims, units, lacking, sections
         self.unplanned = unplanned
@@ -103,13 +104,13 @@ class JudgeClaims:
         """The claim's verdicts (one per device for a cost claim) from its own units' records; a claim whose data are
         absent has none."""
         if claim.id in self.lacking:
-            return [Judgement(claim, NO_RECORDS, "data files absent: " + "; ".join(self.lacking[claim.id]),
-                              budget=self.budget, needs="the data files: " + ", ".join(
-                                  line.split(":")[0] for line in self.lacking[claim.id]))]
+            absent = self.lacking[claim.id]
+            return [Judgement(claim, NO_RECORDS, "data files absent: " + "; ".join(a.line() for a in absent),
+                              budget=self.budget, needs="the data files: " + ", ".join(a.dataset for a in absent))]
         if claim.id in self.unplanned:
             why = self.unplanned[claim.id]
-            return [Judgement(claim, PROTOCOL_NOT_MET, f"not measured: {why}", budget=self.budget,
-                              needs=why.rpartition("; run ")[2])]
+            return [Judgement(claim, PROTOCOL_NOT_MET, f"not measured: {why.words()}", budget=self.budget,
+                              needs=why.command)]
         units = self.units[claim.id]
         finished = [done[u.key] for u in units if _finished(done, u)]
         records = [r for result in finished for r in result.records]

@@ -43,17 +43,43 @@ DATA_ROOT = "<data.root>"  # stands for the data folder in the lines the claims 
 
 @dataclass
 class ClaimSection:
-    """One suite config serving some claims: its suite, dataset, budget and run settings, each model once, and what
-    its claims need of it (the most test images any asks for, the eps values they read)."""
+    """One suite config serving some claims: its suite, dataset, budget and run settings, the test images, eps values
+    and attacks its claims read (a claim shares a section only with claims that read the same: what enters a claim's
+    worst case never depends on the claims planned beside it), and each model once."""
 
     suite: str
     dataset: str
     budget: str
     run: str  # the claims' `run` settings, canonical JSON (compared between claims)
-    models: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model -> (args, training, train), as JSON
     images: int | None = None
-    eps: set[float] = field(default_factory=set)
-    attacks: set[str] = field(default_factory=set)  # the attacks whose own numbers its claims read
+    eps: tuple[float, ...] = ()
+    attacks: tuple[str, ...] = ()  # the attacks whose own numbers its claims read
+    models: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model -> (args, training, train), as JSON
+
+
+@dataclass(frozen=True)
+class Absent:
+    """A dataset a claim reads whose files are absent: which files (relative to data.root) and where to get them."""
+
+    dataset: str
+    files: str
+    how: str
+
+    def line(self) -> str:
+        return f"{self.dataset}: absent under data.root: {self.files}; get them {self.how}"
+
+
+@dataclass(frozen=True)
+class Unplanned:
+    """A claim whose protocol assumes another budget than the run's: that budget, what its units would cost there on
+    the run's device (and, from a CPU, on a GPU), and the command that measures it."""
+
+    budget: str
+    costs: str
+    command: str
+
+    def words(self) -> str:
+        return f"its protocol assumes budget={self.budget} ({self.costs}); run {self.command}"
 
 
 @dataclass
@@ -63,10 +89,10 @@ class ClaimPlan:
     plan: Plan
     claims: list[Claim]  # the chosen claims, in file order
     units: dict[str, list[UnitSpec]]  # claim id -> its units (claims whose data are present)
-    lacking: dict[str, list[str]]  # claim id -> absent data: the files and where to get them
+    lacking: dict[str, list[Absent]]  # claim id -> absent data: the files and where to get them
     downloads: dict[str, list[str]]  # claim id -> data torchvision will download first (data.download=true)
     needs: dict[str, Need]  # claim id -> what it asks of its section
-    unplanned: dict[str, str]  # claim id -> why its protocol cannot be met at this budget, and what it would cost
+    unplanned: dict[str, Unplanned]  # claim id -> the budget its protocol assumes, what it would cost there
     estimates: dict[str, Estimate]  # claim id -> its units still to run, on the run's device
     total: Estimate  # every unit still to run
     one_seed: bool
@@ -93,10 +119,12 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     fix_threads(base)
     runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download))
     needs = {c.id: claim_need(c, DATASETS.get(c.dataset).test_size) for c in runnable}
-    if base.budget == "smoke":  # smoke checks the pipeline and judges nothing: its own short training, not a target
-        needs = {cid: dataclasses.replace(need, train={}) for cid, need in needs.items()}
-    unplanned = {c.id: needs[c.id].budget for c in runnable if _budget_unmet(c, needs[c.id], base.budget)}
-    planned = [c for c in runnable if c.id not in unplanned]
+    if base.budget == "smoke":  # smoke checks the pipeline and judges nothing: the budget's training, test images and
+        # attacks, so that every claim's path runs in minutes (power-sized test sets belong to budgets that judge)
+        needs = {cid: dataclasses.replace(need, train={}, images=None, images_why="the smoke budget's own")
+                 for cid, need in needs.items()}
+    assumed = {c.id: needs[c.id].budget for c in runnable if _budget_unmet(c, needs[c.id], base.budget)}
+    planned = [c for c in runnable if c.id not in assumed]
     found, placed = _sections(planned, needs, base)
     sections = _suite_sections(found, common, params, resolve=gpu is None)
     used = {k for s in found for k in _own_params(s.suite, params)}
@@ -109,8 +137,7 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
         for c in planned
     }
     estimates, everything = _estimates(planned, units, base, gpu)
-    unplanned = {cid: _unmet_words(next(c for c in runnable if c.id == cid), budget, common, params, base, gpu)
-                 for cid, budget in unplanned.items()}
+    unplanned = _unplanned([c for c in runnable if c.id in assumed], needs, assumed, common, params, base, gpu)
     downloads = {cid: lines for cid, lines in downloads.items() if cid in units}  # only what planned claims read
     claim_plan = ClaimPlan(Plan(base, sections), claims, units, lacking, downloads, needs, unplanned, estimates,
                            everything, bool(own.get("one_seed_verdicts")))
@@ -131,23 +158,27 @@ def _budget_unmet(claim: Claim, need: Need, budget: str) -> bool:
     return need.budget is not None and need.budget != budget and SUITES.get(claim.suite).needs_training
 
 
-def _unmet_words(claim: Claim, budget: str, common: Request, params: dict[str, Any], base: DictConfig,
-                 gpu: str | None) -> str:
-    """Why a claim is not planned at this budget, with what its units would cost at the budget it assumes, on this
-    run's device and, from a CPU, on a GPU."""
-    need = claim_need(claim, DATASETS.get(claim.dataset).test_size)
-    found, placed = _sections([claim], {claim.id: need}, base, budget)
-    sections = _suite_sections(found, common, params, resolve=gpu is None)
-    units = [u for s in sections for u in s.units]
-    here = _estimate(units, base, gpu)
-    on_cpu = not str(base.device).startswith("cuda")
-    costs = f"{here.words()} on {here.device}"
-    if on_cpu:
-        there = _estimate(units, base, gpu or "H100", device="cuda")
-        costs += f", {there.words()} on one {there.device}"
-    device = " device=cuda" if on_cpu else ""
-    return (f"its protocol assumes budget={budget} ({costs}); run capsbench run suite=claims budget={budget}{device} "
-            f"claims=[{claim.id}]")
+def _unplanned(claims: list[Claim], needs: dict[str, Need], assumed: dict[str, str], common: Request,
+               params: dict[str, Any], base: DictConfig, gpu: str | None) -> dict[str, Unplanned]:
+    """Why each claim whose protocol assumes another budget is not planned, with what its units would cost at that
+    budget (planned once per budget for all of them), on this run's device and, from a CPU, on a GPU."""
+    out = {}
+    for budget in dict.fromkeys(assumed.values()):
+        mine = [c for c in claims if assumed[c.id] == budget]
+        found, placed = _sections(mine, needs, base, budget)
+        sections = _suite_sections(found, common, params, resolve=gpu is None)
+        for claim in mine:
+            units = [u for name in ("better", "worse") for u in sections[placed[(claim.id, name)]].units
+                     if u.model == getattr(claim, name).model]
+            here = _estimate(units, base, gpu)
+            costs = f"{here.words()} on {here.device}"
+            if not str(base.device).startswith("cuda"):
+                there = _estimate(units, base, gpu, device="cuda")
+                costs += f", {there.words()} on one {there.device}"
+            device = " device=cuda" if not str(base.device).startswith("cuda") else ""
+            out[claim.id] = Unplanned(budget, costs, f"capsbench run suite=claims budget={budget}{device} "
+                                                     f"claims=[{claim.id}]")
+    return out
 
 
 def _suite_sections(found: list[ClaimSection], common: Request, params: dict[str, Any], *,
@@ -182,15 +213,15 @@ def _notes(p: ClaimPlan) -> list[tuple[int, str]]:
     notes.append((logging.INFO, f"estimated time of the units still to run: {p.total.words()} on {p.total.device}"
                                 + (f" ({p.total.why})" if p.total.why else "")))
     notes += [(logging.WARNING, f"claim {cid} is not planned, its data files are absent (data.root={cfg.data.root}): "
-                                f"{'; '.join(lines)}") for cid, lines in p.lacking.items()]
-    notes += [(logging.WARNING, f"claim {cid} is not planned: {why}") for cid, why in p.unplanned.items()]
+                                f"{'; '.join(a.line() for a in absent)}") for cid, absent in p.lacking.items()]
+    notes += [(logging.WARNING, f"claim {cid} is not planned: {why.words()}") for cid, why in p.unplanned.items()]
     notes += [(logging.WARNING, f"claim {cid}: {'; '.join(lines)}") for cid, lines in p.downloads.items()]
     return notes
 
 
 def _by_data(
     claims: list[Claim], root: Path, download: bool
-) -> tuple[list[Claim], dict[str, list[str]], dict[str, list[str]]]:
+) -> tuple[list[Claim], dict[str, list[Absent]], dict[str, list[str]]]:
     """(the claims whose data are present or will be downloaded, the absent data of the others with where to get them,
     the data torchvision will download first)."""
     runnable, lacking, downloads = [], {}, {}
@@ -200,7 +231,7 @@ def _by_data(
         absent = {name: paths for name, paths in absent.items() if paths}
         fetched = sorted(n for n in absent if DATA_FILES[n].torchvision and download)
         if set(absent) - set(fetched):
-            lacking[claim.id] = [_absent_line(name, paths, root) for name, paths in absent.items()]
+            lacking[claim.id] = [_absent(name, paths, root) for name, paths in absent.items()]
             continue
         if fetched:
             downloads[claim.id] = [f"{n}: absent; torchvision downloads it into {root} (data.download=true)"
@@ -240,12 +271,12 @@ def _chosen(own: dict[str, Any], ids: list[str]) -> set[str] | None:
     return {str(w) for w in wanted}
 
 
-def _absent_line(name: str, paths: list[Path], root: Path) -> str:
-    """Which files of a dataset are absent, relative to data.root (the line goes into the claims files: no local
-    absolute path), and where to get them."""
+def _absent(name: str, paths: list[Path], root: Path) -> Absent:
+    """Which files of a dataset are absent, relative to data.root (they go into the claims files: no local absolute
+    path), and where to get them."""
     shown = [p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name for p in paths]
     files = ", ".join(shown[:4]) + (f" and {len(shown) - 4} more" if len(shown) > 4 else "")
-    return f"{name}: absent under data.root: {files}; get them {DATA_FILES[name].how_to_get(Path(DATA_ROOT))}"
+    return Absent(name, files, DATA_FILES[name].how_to_get(Path(DATA_ROOT)))
 
 
 def _canonical(value: Any) -> str:
@@ -271,21 +302,20 @@ def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig, bud
     placed: dict[tuple[str, str], int] = {}
     for claim in claims:
         need = needs[claim.id]
-        run, at = _canonical(claim.run), budget or need.budget or base.budget
+        reads = sorted({a for a in ({**claim.sweep, **s.sweep}.get("attack") for s in (claim.better, claim.worse))
+                        if a})
+        identity = (claim.suite, claim.dataset, budget or need.budget or base.budget, _canonical(claim.run),
+                    need.images, tuple(sorted(need.eps)), tuple(reads))
         for name in ("better", "worse"):
             side: Side = getattr(claim, name)
             wants = _side_needs(side, need, base)
-            home = next((i for i, s in enumerate(sections) if (s.suite, s.dataset, s.budget, s.run) ==
-                         (claim.suite, claim.dataset, at, run) and s.models.get(side.model, wants) == wants), None)
+            home = next((i for i, s in enumerate(sections) if (s.suite, s.dataset, s.budget, s.run, s.images, s.eps,
+                                                                s.attacks) == identity
+                         and s.models.get(side.model, wants) == wants), None)
             if home is None:
-                sections.append(ClaimSection(claim.suite, claim.dataset, at, run))
+                sections.append(ClaimSection(*identity))
                 home = len(sections) - 1
-            section = sections[home]
-            section.models[side.model] = wants
-            section.images = max(section.images or 0, need.images or 0) or None
-            section.eps |= set(need.eps)
-            attack = {**claim.sweep, **side.sweep}.get("attack")
-            section.attacks |= {attack} if attack else set()
+            sections[home].models[side.model] = wants
             placed[(claim.id, name)] = home
     return sections, placed
 
@@ -316,16 +346,23 @@ def _compose(section: ClaimSection, common: Request, params: dict[str, Any], res
         if trains:
             layer.setdefault("model_train", {})[model] = trains
     cfg = compose(common.merged(layer), resolve_device=resolve)
-    if section.suite != "robustness":
-        return cfg
-    if section.eps and "eps" not in layer["params"]:
-        grid = eps_grid(list(cfg.params.eps[section.dataset]), section.eps,
-                        cfg.params.blackbox_eps.get(section.dataset))
-        layer["params"] = {**layer["params"], "eps": {section.dataset: grid}}
-    read = sorted(a for a in section.attacks if a in ATTACK_CATALOG and not ATTACK_CATALOG.get(a).defended
-                  and a not in cfg.params.attacks)  # pgd_detect_aware runs with the detector, never in these lists
-    if read and "attacks" not in layer["params"]:  # an attack a claim reads on its own is reported alone (on every
-        # image: its breaks still count in the worst case), so it leaves the ensemble
-        layer["params"] = {**layer["params"], "attacks": [*cfg.params.attacks, *read],
-                           "ensemble": [a for a in cfg.params.ensemble if a not in read]}
-    return compose(common.merged(layer), resolve_device=resolve)
+    if section.suite == "robustness" and (section.eps or section.attacks):
+        _read_by_claims(cfg, section, set(layer["params"]))
+        CATALOG.get(section.suite).params.validate(cfg)  # the suite's own checks, on what the claims set
+    return cfg
+
+
+def _read_by_claims(cfg: DictConfig, section: ClaimSection, given: set[str]) -> None:
+    """A robustness section measures what its claims read: the eps grid holds their eps (capsbench.run.claims_sizing.
+    eps_grid), and an attack a claim reads on its own is reported alone (on every image: its breaks still count in the
+    worst case), so it leaves the ensemble; pgd_detect_aware runs with the detector, never in these lists. What the
+    command line set (`given`) stays as it is."""
+    p = cfg.params
+    if section.eps and "eps" not in given:
+        p.eps[section.dataset] = eps_grid(list(p.eps[section.dataset]), set(section.eps),
+                                          p.blackbox_eps.get(section.dataset))
+    read = [a for a in section.attacks if a in ATTACK_CATALOG and not ATTACK_CATALOG.get(a).defended
+            and a not in p.attacks]
+    if read and "attacks" not in given:
+        p.attacks = [*p.attacks, *read]
+        p.ensemble = [a for a in p.ensemble if a not in read]
