@@ -8,15 +8,16 @@ images only it breaks among all measured passes, its seconds; and a figure of th
         [--images 1000] [--passes apgd_dlr apgd_t1 ...] [--threads 2]
     uv run python benchmarks/attack_passes.py --report DIR/capsnet DIR/cnn_sabour ... [--order a b c] [--figure PNG]
 
-Passes (capsbench.attacks' engines, one pass each; PGD at --pgd-steps, APGD at --apgd-steps unless the name ends in
-_<steps>): fgsm; pgd_ce, pgd_margin (the model's attack logits); apgd_ce (attack logits); apgd_dlr and apgd_dlr_r1
-(raw class evidence, two random starts); apgd_t1..apgd_t9 (targeted DLR on the raw evidence towards the class ranked
-k among the others); apgdraw_margin, apgdraw_t1..apgdraw_t3 (APGD with the margin and the targeted margin on the raw
-evidence); capsule models also presquash_ce, presquash_margin (log-normalised pre-squash norms, exact),
-bpda_ce, bpda_margin (the same, straight-through), raw_margin, raw_t1..raw_t3 (PGD margin on the raw evidence,
-untargeted and targeted), vote_ce, vote_margin (the vote surrogate), apgd_dlr_bpda (APGD-DLR on the raw evidence,
-straight-through), apgd_dlr_vote, apgdbpda_margin (APGD with the margin on the raw evidence, straight-through) and
-apgdvote_margin (APGD with the margin on the vote surrogate).
+Passes (each one pass of capsbench's row engine, capsbench.attacks.base.Pass, with PGD's sign step at --pgd-steps and
+the robustness params' PGD step ratio, or APGD's step rule at --apgd-steps, unless the name ends in _<steps>): fgsm;
+pgd_ce, pgd_margin (the model's attack logits); apgd_ce (attack logits); apgd_dlr and apgd_dlr_r1 (raw class evidence,
+two random starts); apgd_t1..apgd_t9 (targeted DLR on the raw evidence towards the class ranked k among the others);
+apgdraw_margin, apgdraw_t1..apgdraw_t3 (APGD with the margin and the targeted margin on the raw evidence); capsule
+models also presquash_ce, presquash_margin (log-normalised pre-squash norms, exact), bpda_ce, bpda_margin (the same,
+straight-through), raw_margin, raw_t1..raw_t3 (PGD margin on the raw evidence, untargeted and targeted), vote_ce,
+vote_margin (the vote surrogate), apgd_dlr_bpda (APGD-DLR on the raw evidence, straight-through), apgd_dlr_vote,
+apgdbpda_margin (APGD with the margin on the raw evidence, straight-through) and apgdvote_margin (APGD with the margin
+on the vote surrogate).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads 
 
 # isort: split
 import argparse
-import dataclasses
 import json
 import re
 import time
@@ -33,9 +33,10 @@ from pathlib import Path
 
 import torch
 
-from capsbench.attacks import AttackSettings
-from capsbench.attacks.apgd import APGD
+from capsbench.attacks import EngineSettings, build, run_attack
+from capsbench.attacks.base import Pass, RowAttack
 from capsbench.attacks.objectives import (
+    FORWARDS,
     AdaptiveObjective,
     Objective,
     PreSquashObjective,
@@ -43,7 +44,7 @@ from capsbench.attacks.objectives import (
     StraightThroughRawObjective,
     VoteObjective,
 )
-from capsbench.attacks.pgd import FGSM, PGD, Pass
+from capsbench.attacks.step_rules import APGDStep, SignStep
 from capsbench.config.compose import compose
 from capsbench.config.request import parse_command_line
 from capsbench.data import as_images
@@ -59,28 +60,41 @@ CAPSULE = ("presquash_ce", "presquash_margin", "bpda_ce", "bpda_margin", "raw_ma
            "vote_ce", "vote_margin", "apgd_dlr_bpda", "apgd_dlr_vote", "apgdbpda_margin", "apgdvote_margin")
 
 
-def candidate(name: str, model) -> tuple[PGD, Pass, dict]:
-    """The attack engine, the one pass and the settings overrides of a candidate pass name."""
-    steps = {}
+def candidate(name: str, pgd_steps: int, apgd_steps: int, step_ratio: float) -> Pass:
+    """The one pass a candidate pass name stands for."""
     if m := re.fullmatch(r"(.+)_(\d+)", name):
-        name, steps = m.group(1), {"apgd_steps": int(m.group(2)), "steps": int(m.group(2))}
+        name, pgd_steps, apgd_steps = m.group(1), int(m.group(2)), int(m.group(2))
+    sign, apgd = SignStep(step_ratio), APGDStep()
     objectives = {"pgd": Objective, "apgd": Objective, "presquash": PreSquashObjective, "bpda": AdaptiveObjective,
                   "raw": RawEvidenceObjective, "vote": VoteObjective, "apgdraw": RawEvidenceObjective,
                   "apgdbpda": StraightThroughRawObjective, "apgdvote": VoteObjective}
     if name == "fgsm":
-        return FGSM(), Pass(Objective(model), "ce"), steps
+        return Pass(Objective(), "ce", SignStep(1.0), 1, random_start=False)
     if m := re.fullmatch(r"apgd_t(\d)", name):
-        return APGD(), Pass(RawEvidenceObjective(model), "targeted_dlr", 0, int(m.group(1))), steps
+        return Pass(RawEvidenceObjective(), "targeted_dlr", apgd, apgd_steps, 0, int(m.group(1)))
     if m := re.fullmatch(r"raw_t(\d)", name):
-        return PGD(), Pass(RawEvidenceObjective(model), "targeted", 0, int(m.group(1))), steps
+        return Pass(RawEvidenceObjective(), "targeted", sign, pgd_steps, 0, int(m.group(1)))
     if m := re.fullmatch(r"apgdraw_t(\d)", name):
-        return APGD(), Pass(RawEvidenceObjective(model), "targeted", 0, int(m.group(1))), steps
+        return Pass(RawEvidenceObjective(), "targeted", apgd, apgd_steps, 0, int(m.group(1)))
     if m := re.fullmatch(r"apgd_dlr(_r(\d))?(_bpda|_vote)?", name):
         kind = {None: RawEvidenceObjective, "_bpda": StraightThroughRawObjective, "_vote": VoteObjective}[m.group(3)]
-        return APGD(), Pass(kind(model), "dlr", int(m.group(2) or 0)), steps
+        return Pass(kind(), "dlr", apgd, apgd_steps, int(m.group(2) or 0))
     family, loss = name.split("_")
-    engine = APGD() if family.startswith("apgd") else PGD()
-    return engine, Pass(objectives[family](model), loss), steps
+    if family.startswith("apgd"):
+        return Pass(objectives[family](), loss, apgd, apgd_steps)
+    return Pass(objectives[family](), loss, sign, pgd_steps)
+
+
+class OnePass(RowAttack):
+    """A row attack of one pass at every eps."""
+
+    name = "one_pass"
+
+    def __init__(self, one: Pass) -> None:
+        self.one = one
+
+    def passes(self, eps: float, num_classes: int) -> list[Pass]:
+        return [self.one]
 
 
 class Counter:
@@ -94,12 +108,10 @@ class Counter:
         self.rows += len(args[0])
 
 
-def run_piece(engine: PGD, one: Pass, model, images, labels, ids, eps: float, settings: AttackSettings,
-              counter: Counter) -> dict:
-    """One pass alone at one eps on the given images: which broke, seconds, row-steps."""
-    single = type("OnePass", (type(engine),), {"passes": lambda self, m, s: [one]})()
+def run_piece(one: Pass, model, images, labels, ids, eps: float, settings: EngineSettings, counter: Counter) -> dict:
+    """One pass alone at one eps on the given images, through the row engine: which broke, seconds, row-steps."""
     rows, start = counter.rows, time.perf_counter()
-    result = single.run(model, images, labels, ids, [eps], settings)
+    result = run_attack(model, OnePass(one), images, labels, ids.tolist(), [eps], settings)
     return {"broken": ids[result.broken[eps].cpu()].tolist(), "seconds": time.perf_counter() - start,
             "row_steps": counter.rows - rows, "attacked": len(ids)}
 
@@ -123,9 +135,8 @@ def measure(args: argparse.Namespace) -> None:
         clean = torch.cat([model(images[i:i + 500]).scores.argmax(1) for i in range(0, len(images), 500)]) == labels
     ids = clean.nonzero().squeeze(1)
     p = ucfg.params
-    settings = AttackSettings(steps=args.pgd_steps, step_ratio=p.pgd_step_ratio, restarts=1, square_queries=1,
-                              num_classes=splits.spec.num_classes, seed=p.attack_seed, batch_size=p.batch_size,
-                              apgd_steps=args.apgd_steps)
+    step_ratio = build("pgd", p.attack_args.get("pgd")).step_ratio
+    settings = EngineSettings(num_classes=splits.spec.num_classes, seed=p.attack_seed, batch_size=p.batch_size or 500)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "meta.json").write_text(json.dumps({"model": args.model, "images": len(labels), "clean": int(clean.sum()),
@@ -133,10 +144,10 @@ def measure(args: argparse.Namespace) -> None:
     counter = Counter(model)
     names = args.passes or [*CORE, *(CAPSULE if model.is_capsule else ())]
     for name in names:
-        engine, one, steps = candidate(name, model)
+        one = candidate(name, args.pgd_steps, args.apgd_steps, step_ratio)
         try:
             with torch.no_grad():
-                one.objective(images[:1])
+                one.objective.logits(FORWARDS[one.objective.forward](model, images[:1]), images[:1])
         except NotApplicable as exc:
             print(f"{args.model} {name}: not applicable ({exc})", flush=True)
             continue
@@ -144,8 +155,7 @@ def measure(args: argparse.Namespace) -> None:
             piece = out / f"{name}@{eps:g}.json"
             if piece.exists():
                 continue
-            s = dataclasses.replace(settings, **steps)
-            got = run_piece(engine, one, model, images[ids], labels[ids], ids, eps, s, counter)
+            got = run_piece(one, model, images[ids], labels[ids], ids, eps, settings, counter)
             piece.write_text(json.dumps(got))
             print(f"{args.model} {name} eps {eps:g}: broke {len(got['broken'])}/{got['attacked']} in "
                   f"{got['seconds']:.0f} s ({got['row_steps']:,} row-steps)", flush=True)

@@ -1,7 +1,8 @@
-"""Times PGD-20 on capsnet through capsbench.attacks (early exit off and on) against a plain PGD loop written here,
-on the same model and MNIST test images, timed alternately so that machine load hits all alike; prints images/s,
-the ratios, how far the three agree on which images broke and, last,
-`attack_speed pgd20 capsnet images_per_s=X ratio=Y` (capsbench with early exit, the default; ratio: its images/s
+"""Times PGD-20 on capsnet through capsbench's row engine (capsbench.attacks.run_attack, early exit off and on)
+against a plain forward-and-gradient PGD loop written here, at the same batch (the engine's pool holds as many rows
+as the loop's batch has images), on the same model and MNIST test images, timed alternately so that machine load hits
+all alike; prints images/s, the ratios, how far the three agree on which images broke and, last,
+`attack_speed pgd20 capsnet images_per_s=X ratio=Y` (the engine with early exit, the default; ratio: its images/s
 over the plain loop's). Before it, the roofline of one attack step (forward and input gradient on the batch): its
 GFLOP/s against a matmul probe's peak measured in the same run.
 
@@ -9,10 +10,12 @@ GFLOP/s against a matmul probe's peak measured in the same run.
 
 The attack is capsbench's `pgd` at eps 0.1: 20 sign steps of 2.5 eps / 20 from a random start on cross-entropy of
 the log-normalised capsule lengths, then the margin loss on the images cross-entropy left unbroken; an image is
-broken when the model's decision at any iterate differs from its label. The plain loop does the same on the whole
-batch at every step (no early exit), drawing its random starts from capsbench's start_noise so the three runs
-attack from the same points. Without --checkpoint, capsnet at the quick budget's sizes is trained here for a few
-thousand images (seed 0), and the attacked images are the first test images it classifies correctly.
+broken when the model's decision at any iterate differs from its label. The engine runs as the robustness suite runs
+it on the device: on a CPU it reads the device after every iterate; on a GPU every 8 iterates, with the margin rows
+entering before the cross-entropy rows have finished where the pool has room (speculation). The plain loop does the
+same on the whole batch at every step (no early exit), drawing its random starts from capsbench's start_noise so the
+three runs attack from the same points. Without --checkpoint, capsnet at the quick budget's sizes is trained here for
+a few thousand images (seed 0), and the attacked images are the first test images it classifies correctly.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
-from capsbench.attacks import ATTACKS, AttackSettings, decisions
+from capsbench.attacks import EngineSettings, build, decisions, run_attack
 from capsbench.attacks.base import start_noise
 from capsbench.config.compose import compose
 from capsbench.config.request import parse_command_line
@@ -39,6 +42,7 @@ from capsbench.cost.roofline import peak_flops, step_throughput
 from capsbench.cost.timing import device_label
 from capsbench.data import DATASETS, as_images, batches, load_splits
 from capsbench.models import MODELS, Classifier, create_model
+from capsbench.suites.robustness.phases import COMPACT_EVERY_GPU
 from capsbench.train.loop import make_optimizer
 from capsbench.train.step import auto_threads
 
@@ -110,10 +114,14 @@ def plain_pgd(model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids
 
 def capsbench_pgd(model: Classifier, images: torch.Tensor, labels: torch.Tensor, ids: torch.Tensor, seed: int,
                   early_exit: bool, eps: float = EPS) -> torch.Tensor:
-    """capsbench's `pgd` attack with one restart at one eps. Returns broken (N,)."""
-    settings = AttackSettings(steps=STEPS, step_ratio=STEP_RATIO, restarts=1, square_queries=0, num_classes=10,
-                              seed=seed, batch_size=500, early_exit=early_exit)
-    return ATTACKS.get("pgd").run(model, images, labels, ids, [eps], settings).broken[eps]
+    """capsbench's `pgd` attack with one restart at one eps, through the row engine with a pool of one row per image
+    (the plain loop's batch), reading the device and speculating as the suite does on the images' device. Returns
+    broken (N,)."""
+    gpu = images.device.type == "cuda"
+    settings = EngineSettings(num_classes=10, seed=seed, batch_size=len(images), early_exit=early_exit,
+                              compact_every=COMPACT_EVERY_GPU if gpu else 1, speculate=gpu)
+    attack = build("pgd", {"steps": STEPS, "step_ratio": STEP_RATIO, "restarts": 1})
+    return run_attack(model, attack, images, labels, ids.tolist(), [eps], settings).broken[eps].to(images.device)
 
 
 def main() -> None:
@@ -165,8 +173,8 @@ def main() -> None:
         f"clean accuracy {100 * accuracy:.1f} % on the first test images"
     )
     print(
-        f"PGD-{STEPS} at eps {EPS} on {n_images} correctly classified test images; {rounds} round(s), the three "
-        "runs alternating in each, first in turn"
+        f"PGD-{STEPS} at eps {EPS} on {n_images} correctly classified test images, the engine's pool and the plain "
+        f"loop's batch {n_images} rows; {rounds} round(s), the three runs alternating in each, first in turn"
     )
 
     runs = {
@@ -186,7 +194,7 @@ def main() -> None:
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             t0, c0 = time.perf_counter(), time.process_time()
-            broken[name] = run()
+            broken[name] = run().cpu()
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             seconds[name].append(time.perf_counter() - t0)
@@ -206,7 +214,8 @@ def main() -> None:
     xs = images.clone().requires_grad_()
 
     def attack_step() -> None:
-        loss = F.cross_entropy(log_normalised(model(xs).scores), labels)
+        x = xs + 0.0  # the model's input a non-leaf: FlopCounterMode's module hooks refuse autograd.grad on a leaf
+        loss = F.cross_entropy(log_normalised(model(x).scores), labels)
         torch.autograd.grad(loss, xs)
 
     peak = peak_flops(args.device, "fp32")

@@ -10,8 +10,8 @@ broken only by the reference and only by capsbench, McNemar's p and the seconds 
 `attack_strength <model> eps=E capsbench=X reference=Y within_interval=yes|no` per eps.
 
     CAPSBENCH_DATA=DIR uv run python benchmarks/attack_strength.py --model cnn_sabour --checkpoint CKPT --out DIR
-        [--images 1000] [--steps 100] [--set params.apgd_targets=3 ...] [--cache-dir DIR] [--eps 0.1 ...]
-        [--records RUN/robustness/records.jsonl]
+        [--images 1000] [--steps 100] [--set params.attack_args.apgd_targeted.targets=3 ...] [--cache-dir DIR]
+        [--eps 0.1 ...] [--records RUN/robustness/records.jsonl]
 
 --out keeps each eps's reference result and the suite's records (and its seconds): a finished piece is read back,
 never run again; --reference-only stops after the reference's pieces (they do not depend on capsbench's settings).

@@ -1,18 +1,18 @@
 """Capsule-adaptive attacks: the straight-through switch, pre-squash capsules, pgd_adaptive reducing to PGD when the
 squash is the identity, the vote surrogates, and attacks that do not apply being skipped with a reason."""
 
-import dataclasses
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
-from test_attacks import SETTINGS, tiny_model
+from test_attacks import SETTINGS, attack, tiny_model
 from test_routing import reference_routing
 
 from capsbench import list_models
-from capsbench.attacks import ATTACKS, decisions
+from capsbench.attacks import build, decisions
+from capsbench.attacks.engine import RowEngine
 from capsbench.attacks.losses import targeted_margin
-from capsbench.attacks.objectives import AdaptiveObjective, Judgement, Objective, RawEvidenceObjective, raw_evidence
-from capsbench.attacks.pgd import ranked_target
+from capsbench.attacks.objectives import FORWARDS, AdaptiveObjective, Objective, RawEvidenceObjective, raw_evidence
 from capsbench.layers import capsules, routing
 from capsbench.layers.capsules import capsule_logits, squash
 from capsbench.layers.routing import DynamicRouting
@@ -65,7 +65,9 @@ def test_adaptive_logits_are_the_log_normalised_pre_squash_norms(name):
     x = torch.rand(6, 1, 28, 28)
     out = model(x)
     assert out.pre_squash is not None and out.pre_squash.shape == out.poses.shape
-    logits, decided, _ = AdaptiveObjective(model)(x)
+    objective = AdaptiveObjective()
+    forward = FORWARDS[objective.forward](model, x)
+    logits, decided = objective.logits(forward, x), objective.decided(forward, x)
     assert torch.equal(logits, capsule_logits(out.pre_squash.norm(dim=-1)))
     assert torch.equal(decided, decisions(model, x))  # same argmax as the lengths: the squash is monotone
 
@@ -80,18 +82,17 @@ def test_pgd_adaptive_begins_as_pgd_when_the_squash_is_the_identity(monkeypatch)
     model = tiny_model("capsnet")
     x = torch.rand(16, 1, 28, 28)
     y = decisions(model, x)
-    ids, grid = torch.arange(16), [0.0, 0.02, 0.05]
-    pgd = ATTACKS.get("pgd").run(model, x, y, ids, grid, SETTINGS)
-    adaptive = ATTACKS.get("pgd_adaptive").run(model, x, y, ids, grid, SETTINGS)
+    grid = [0.0, 0.02, 0.05]
+    pgd = attack("pgd", model, x, y, grid)
+    adaptive = attack("pgd_adaptive", model, x, y, grid)
     for eps in grid:
         assert torch.equal(pgd.broken[eps] & adaptive.broken[eps], pgd.broken[eps])
         assert torch.equal(pgd.adversarial[eps][pgd.broken[eps]], adaptive.adversarial[eps][pgd.broken[eps]])
     assert pgd.broken[0.05].any() and not pgd.broken[0.02].all(), "the known answer needs both outcomes"
-    only_log = dataclasses.replace(SETTINGS, targets=0)
-    first_passes = [p for p in ATTACKS.get("pgd_adaptive").passes(model, only_log) if p.objective.__class__.__name__
-                    in ("PreSquashObjective", "AdaptiveObjective")]
-    assert [(p.loss, p.restart) for p in first_passes] == [(p.loss, p.restart) for p in
-                                                           ATTACKS.get("pgd").passes(model, SETTINGS)] * 2
+    first_passes = [p for p in build("pgd_adaptive", {"targets": 0}).passes(0.05, 10)
+                    if p.objective.__class__.__name__ in ("PreSquashObjective", "AdaptiveObjective")]
+    assert [(p.loss, p.restart, p.stream) for p in first_passes] == [(p.loss, p.restart, p.stream)
+                                                                     for p in build("pgd").passes(0.05, 10)] * 2
 
 
 def test_pgd_adaptive_follows_a_different_gradient_through_a_real_squash():
@@ -99,12 +100,9 @@ def test_pgd_adaptive_follows_a_different_gradient_through_a_real_squash():
     x = torch.rand(4, 1, 28, 28, requires_grad=True)
     y = decisions(model, x)
     grads = []
-    objectives = [
-        *ATTACKS.get("pgd").make_objectives(model, SETTINGS),
-        *ATTACKS.get("pgd_adaptive").make_objectives(model, SETTINGS),
-    ]
+    objectives = [*build("pgd").objectives, *build("pgd_adaptive").objectives]
     for objective in objectives:  # standard; pre-squash with the exact backward; pre-squash with BPDA
-        logits = objective(x).logits
+        logits = objective.logits(FORWARDS[objective.forward](model, x), x)
         grads.append(torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y), x)[0])
     assert len(grads) == 3 and not torch.allclose(grads[0], grads[1]) and not torch.allclose(grads[1], grads[2])
 
@@ -113,8 +111,8 @@ def test_pgd_adaptive_follows_a_different_gradient_through_a_real_squash():
 def test_attacks_that_do_not_apply_say_why(name):
     model = tiny_model(name)
     sample = torch.rand(1, 1, 28, 28)
-    vote = ATTACKS.get("vote").applies_to(model, sample)
-    adaptive = ATTACKS.get("pgd_adaptive").applies_to(model, sample)
+    vote = build("vote").applies_to(model, sample)
+    adaptive = build("pgd_adaptive").applies_to(model, sample)
     assert (vote is None) == (name in VOTE_MODELS)
     assert (adaptive is None) == model.is_capsule
     for reason in (vote, adaptive):
@@ -144,14 +142,16 @@ def test_targeted_margin_and_the_ranked_targets_known_answers():
     labels = torch.tensor([0, 0])
     assert torch.equal(targeted_margin(logits, labels, torch.tensor([2, 3])), torch.tensor([1.0, -1.0]))
 
+    @dataclass(frozen=True)
     class Fixed(Objective):
-        def __call__(self, x):
-            return Judgement(logits, None)
+        def logits(self, out, x):
+            return logits
 
-    objective = Fixed(None)
-    assert ranked_target(objective, torch.zeros(2, 1), labels, 1).tolist() == [1, 3]  # the runner-ups
-    assert ranked_target(objective, torch.zeros(2, 1), labels, 2).tolist() == [2, 2]
-    assert ranked_target(objective, torch.zeros(2, 1), labels, 3).tolist() == [3, 1]
+    engine = RowEngine(tiny_model(), torch.zeros(2, 1, 28, 28), labels, [0, 1], [0.0], SETTINGS)
+    ranked = engine._rank({Fixed()})[Fixed()]  # the engine's target of rank k is column k - 1
+    assert ranked[:, 0].tolist() == [1, 3]  # the runner-ups
+    assert ranked[:, 1].tolist() == [2, 2]
+    assert ranked[:, 2].tolist() == [3, 1]
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -164,17 +164,18 @@ def test_the_raw_evidence_ranks_classes_as_the_model_decides(name):
 
 
 def test_pgd_adaptive_runs_a_raw_margin_and_a_multi_targeted_pass_within_its_stated_budget():
-    model, adaptive = tiny_model("capsnet"), ATTACKS.get("pgd_adaptive")
-    passes = adaptive.passes(model, dataclasses.replace(SETTINGS, restarts=2))
+    adaptive = build("pgd_adaptive", {"restarts": 2, "steps": 10})
+    passes = adaptive.passes(0.1, 10)
     raw = [p for p in passes if isinstance(p.objective, RawEvidenceObjective)]
     assert [(p.loss, p.restart) for p in raw[:2]] == [("margin", 0), ("margin", 1)]
-    assert [(p.loss, p.offset) for p in raw[2:]] == [("targeted", k) for k in range(1, 10)]  # every other class
+    assert [(p.loss, p.target) for p in raw[2:]] == [("targeted", k) for k in range(1, 10)]  # every other class
     assert len(passes) == 2 * 2 * 2 + 2 + 9
-    assert len(adaptive.passes(model, dataclasses.replace(SETTINGS, targets=3))) == 2 * 2 + 1 + 3
-    assert "targeted raw margin towards every other class" in adaptive.budget(SETTINGS)
-    no_targets = dataclasses.replace(SETTINGS, targets=0)  # the quick budget's: APGD-T covers the targets
-    assert len(adaptive.passes(model, no_targets)) == 2 * 2 + 1 == adaptive.pass_count(no_targets)
-    assert "targeted" not in adaptive.budget(no_targets)
+    assert len(build("pgd_adaptive", {"targets": 3}).passes(0.1, 10)) == 2 * 2 + 1 + 3
+    assert "targeted raw margin towards every other class" in adaptive.budget(10)
+    no_targets = build("pgd_adaptive", {"targets": 0, "steps": 10})  # the quick budget's: APGD-T covers the targets
+    assert len(no_targets.passes(0.1, 10)) == 2 * 2 + 1
+    assert no_targets.cost(0.1, 10) == (2 * 2 + 1) * 2 * (10 + 1)  # a forward and a backward pass per iterate
+    assert "targeted" not in no_targets.budget(10)
 
 
 def test_bf16_attacks_count_only_breaks_the_fp32_model_confirms():
@@ -182,9 +183,9 @@ def test_bf16_attacks_count_only_breaks_the_fp32_model_confirms():
     model = tiny_model("capsnet")
     x = torch.rand(16, 1, 28, 28)
     y = decisions(model, x)
-    bf16 = dataclasses.replace(SETTINGS, precision="bf16")
+    bf16 = replace(SETTINGS, precision="bf16")
     for name in ("pgd", "pgd_adaptive", "vote"):
-        result = ATTACKS.get(name).run(model, x, y, torch.arange(16), [0.0, 0.05], bf16)
+        result = attack(name, model, x, y, [0.0, 0.05], bf16)
         assert not result.broken[0.0].any()
         assert torch.equal(result.broken[0.05], decisions(model, result.adversarial[0.05]) != y)  # fp32 decisions
         assert result.broken[0.05].any(), "the known answer needs a break"

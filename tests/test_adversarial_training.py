@@ -7,7 +7,7 @@ from composing import compose
 from torch import nn
 
 from capsbench import create_model
-from capsbench.attacks import ATTACKS, AttackSettings
+from capsbench.attacks import EngineSettings, build, run_attack
 from capsbench.data import as_images, load_splits
 from capsbench.errors import CapsbenchError
 from capsbench.reporting.frame import records_frame
@@ -127,8 +127,8 @@ def pgd_robust_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps:
     """% of the images classified correctly clean and under the robustness suite's PGD (ce then margin) at eps."""
     images = as_images(x)
     clean_ok = predict(model, x, y, batch_size=500, device="cpu") == y
-    settings = AttackSettings(steps=10, step_ratio=2.5, restarts=1, square_queries=0, num_classes=10, seed=0)
-    broken = ATTACKS.get("pgd").run(model, images, y, torch.arange(len(y)), [eps], settings).broken[eps]
+    pgd = build("pgd", {"steps": 10, "step_ratio": 2.5, "restarts": 1})
+    broken = run_attack(model, pgd, images, y, range(len(y)), [eps], EngineSettings(num_classes=10, seed=0)).broken[eps]
     return 100.0 * (clean_ok & ~broken).float().mean().item()
 
 

@@ -35,11 +35,12 @@ def test_the_worst_case_is_as_strong_as_a_multi_targeted_reference(tmp_path, mni
     # the default job's steps, with APGD-T towards every other class: with the quick budget's 3 targets one of the two
     # smoke models failed this check (21 robust against 19 at eps 0.1), and the quick CNN rows are 1-2 points above
     # this reference (results/robustness-quick-cpu2.md)
-    quick = compose(["suite=robustness", f"output_dir={tmp_path}"]).params
+    quick = compose(["suite=robustness", f"output_dir={tmp_path}"]).params.attack_args
+    steps = [f"params.attack_args.{a}.steps={quick[a].steps}" for a in ("pgd", "pgd_adaptive", "vote", "apgd",
+                                                                          "apgd_targeted")]
     cfg = compose(["suite=robustness", "budget=smoke", f"models=[{model_name}]", f"output_dir={tmp_path}",
                    "tracking.enabled=false", f"data.root={mnist_root}", "data.download=false", "device=cpu",
-                   "data.test_subset=60", f"params.pgd_steps={quick.pgd_steps}",
-                   f"params.apgd_steps={quick.apgd_steps}",
+                   "data.test_subset=60", *steps,
                    f"params.eps.mnist=[0,{','.join(map(str, EPS))}]", f"params.blackbox_eps.mnist={EPS[-1]}"])
     [unit] = plan(cfg)
     model = trained(unit).model.eval()

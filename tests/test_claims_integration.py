@@ -24,7 +24,8 @@ def test_smoke_claims_run_on_real_mnist_and_fashion_mnist(mnist_root: Path, tmp_
         "run", "suite=claims", "budget=smoke", CHOSEN, f"baselines_dir={with_fashion_claim(tmp_path)}",
         f"data.root={mnist_root}", "data.download=false", f"output_dir={out}", "device=cpu", "seeds=[0,1]",
         "data.train_subset=600", "data.val_subset=200", "data.test_subset=200", "train.epochs=1",
-        "params.pgd_steps=2", "params.square_queries=10",
+        *(f"params.attack_args.{a}.steps=2" for a in ("pgd", "pgd_adaptive", "vote", "pgd_detect_aware")),
+        "params.attack_args.square.queries=10",
     ])
     assert result.exit_code == 0, result.output
     records = (out / "claims" / "records.jsonl").read_text()

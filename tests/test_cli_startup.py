@@ -1,6 +1,7 @@
 """The quick commands (--help, --version, list, show-config) never import torch or the other heavy libraries,
 and their --format json output is what the registries hold."""
 
+import dataclasses
 import json
 from importlib import metadata
 
@@ -43,7 +44,9 @@ def test_list_json_matches_the_registries(tmp_path, cli_probe):
     assert {d["name"]: d["image_size"] for d in datasets} == {n: DATASETS.get(n).image_size for n in DATASETS}
     suites = json.loads(cli_probe(["list", "suites", "--format", "json"], cwd=tmp_path).stdout)
     assert [s["name"] for s in suites] == CATALOG.names()
-    assert next(s for s in suites if s["name"] == "robustness")["params"]["pgd_steps"] == 50
+    robustness = next(s for s in suites if s["name"] == "robustness")["params"]
+    assert robustness == dataclasses.asdict(CATALOG.get("robustness").params())
+    assert robustness["attacks"] == ["fgsm", "apgd"] and robustness["attack_args"] == {}  # defaults: the attacks' own
 
 
 def test_show_config_json_is_the_composed_config(tmp_path, cli_probe):

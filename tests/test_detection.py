@@ -1,6 +1,8 @@
 """Reconstruction-based detection (Qin et al. 2020): the threshold's known answers, its false-positive rate on held-out
 clean images, rejected decisions in the PGD engine, and the suite's detection records."""
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from conftest import make_splits
@@ -8,10 +10,12 @@ from test_models import tiny_args
 from test_robustness import BandModel, measure
 
 from capsbench import create_model
-from capsbench.attacks.base import REJECTED
+from capsbench.attacks import EngineSettings, run_attack
+from capsbench.attacks.base import REJECTED, Pass, RowAttack
 from capsbench.attacks.detector import distances, fit_detector, threshold_for
-from capsbench.attacks.objectives import Judgement, Objective
-from capsbench.attacks.pgd import pgd_rows
+from capsbench.attacks.objectives import Objective
+from capsbench.attacks.step_rules import SignStep
+from capsbench.models.base import SoftmaxClassifier
 
 
 @pytest.mark.parametrize("values, fpr, expected", [
@@ -41,26 +45,45 @@ def test_false_positive_rate_holds_on_held_out_clean_images():
     assert 0.028 <= held_out <= 0.072, held_out
 
 
-class _AlwaysRejected(Objective):
-    """Wrong on every input, but every input is flagged."""
+class TwoClasses(SoftmaxClassifier):
+    """Class 0's logit is the pixel sum, class 1's its negative: class 0 on every input in [0, 1]."""
 
-    def __call__(self, x):
-        logits = torch.stack([x.flatten(1).sum(1), -x.flatten(1).sum(1)], dim=1)  # (B, 2): class 0 always
-        return Judgement(logits, torch.full((len(x),), REJECTED))
+    def class_logits(self, x):
+        return torch.stack([x.flatten(1).sum(1), -x.flatten(1).sum(1)], dim=1)
+
+
+@dataclass(frozen=True)
+class _AlwaysRejected(Objective):
+    """The model's logits, but every input is flagged."""
+
+    def decided(self, out, x):
+        return torch.full((len(x),), REJECTED)
+
+
+class _Rejected(RowAttack):
+    """Three sign steps on cross-entropy, no random start, against `objective`."""
+
+    def __init__(self, objective: Objective) -> None:
+        self.objective = objective
+
+    def passes(self, eps, num_classes):
+        return [Pass(self.objective, "ce", SignStep(1.0), 3, random_start=False)]
 
 
 def test_a_rejected_decision_never_counts_as_broken():
     images, labels = torch.rand(4, 1, 6, 6), torch.ones(4, dtype=torch.long)  # class 1: the model is always wrong
-    eps = torch.full((4,), 0.3)
-    broken, _ = pgd_rows(_AlwaysRejected(None), images, labels, eps, steps=3, step_size=eps / 3, loss="ce", noise=None)
-    assert not broken.any()
+    model, settings = TwoClasses().eval(), EngineSettings(num_classes=2)
+    assert run_attack(model, _Rejected(Objective()), images, labels, range(4), [0.3], settings).broken[0.3].all()
+    result = run_attack(model, _Rejected(_AlwaysRejected()), images, labels, range(4), [0.3], settings)
+    assert not result.broken[0.3].any()
 
 
 def test_the_suite_reports_detection_for_decoder_models_and_skips_the_rest():
     torch.manual_seed(0)
     capsnet = create_model("capsnet", **tiny_args("capsnet")).eval()
     records = measure(
-        capsnet, pgd_steps=3, attacks=["fgsm", "pgd_adaptive"], ensemble=[], detection_fpr=0.1, detection_val_images=32
+        capsnet, attack_args={"pgd_adaptive": {"steps": 3}, "pgd_detect_aware": {"steps": 3}},
+        attacks=["fgsm", "pgd_adaptive"], ensemble=[], detection_fpr=0.1, detection_val_images=32,
     )
     cod = {(r["attack"], r["eps"]): r["value"] for r in records if r["metric"] == "correct_or_detected"}
     assert set(cod) == {(a, e) for a in ("fgsm", "pgd_adaptive", "pgd_detect_aware", "worst_case") for e in (0.25, 0.5)}
@@ -72,7 +95,7 @@ def test_the_suite_reports_detection_for_decoder_models_and_skips_the_rest():
     robust = {r["attack"] for r in records if r["metric"] == "robust_accuracy"}
     assert "pgd_detect_aware" not in robust  # its success criterion differs: it is not a plain robust accuracy
 
-    plain = measure(BandModel(), pgd_steps=3, attacks=["pgd"], ensemble=[], detection_fpr=0.1)
+    plain = measure(BandModel(), attack_args={"pgd": {"steps": 3}}, attacks=["pgd"], ensemble=[], detection_fpr=0.1)
     (skip,) = [r for r in plain if r["metric"] == "attack_skipped"]
     assert skip["attack"] == "pgd_detect_aware" and "no reconstruction decoder" in skip["reason"]
     assert not [r for r in plain if r["metric"] == "correct_or_detected"]

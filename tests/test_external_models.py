@@ -8,7 +8,7 @@ import torch
 from composing import compose
 from safetensors.torch import save_file
 
-from capsbench.attacks import ATTACKS
+from capsbench.attacks import build
 from capsbench.errors import CapsbenchError
 from capsbench.layers.capsules import capsule_logits, squash
 from capsbench.layers.straight_through import saturating
@@ -71,8 +71,8 @@ def test_plain_logits_are_adapted_with_softmax_scores():
     out = model(x)
     assert torch.equal(out.logits, model.module(x)) and torch.allclose(out.scores, out.logits.softmax(1))
     assert not model.is_capsule and out.pre_squash is None
-    assert "not a capsule model" in ATTACKS.get("pgd_adaptive").applies_to(model, x[:1])
-    assert "not a capsule model" in ATTACKS.get("vote").applies_to(model, x[:1])
+    assert "not a capsule model" in build("pgd_adaptive").applies_to(model, x[:1])
+    assert "not a capsule model" in build("vote").applies_to(model, x[:1])
 
 
 @pytest.mark.parametrize("target", ["byo_models.caps:Caps", "byo_models.caps:CapsLengths",
@@ -97,12 +97,12 @@ def test_an_undeclared_tuple_and_an_unreadable_output_are_one_line_errors():
 def test_hooks_run_the_adaptive_attacks_and_missing_hooks_say_which_and_why():
     x = torch.rand(1, 1, 28, 28)
     hooked, bare = _built("byo_models.caps:Caps").eval(), _built("byo_models.caps:CapsLengths").eval()
-    assert ATTACKS.get("pgd_adaptive").applies_to(hooked, x) is None
-    assert ATTACKS.get("vote").applies_to(hooked, x) is None
+    assert build("pgd_adaptive").applies_to(hooked, x) is None
+    assert build("vote").applies_to(hooked, x) is None
     assert hooked.vote_logits(x).shape == (1, 10)
-    reason = ATTACKS.get("pgd_adaptive").applies_to(bare, x)
+    reason = build("pgd_adaptive").applies_to(bare, x)
     assert "no pre_squash class capsules" in reason and "straight-through" in reason and "not adaptive" in reason
-    assert "exposes no vote_logits(x) hook" in ATTACKS.get("vote").applies_to(bare, x)
+    assert "exposes no vote_logits(x) hook" in build("vote").applies_to(bare, x)
     with pytest.raises(NotApplicable):
         bare.vote_logits(x)
 

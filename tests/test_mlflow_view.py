@@ -60,7 +60,7 @@ def _smoke_robustness(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = compose(["suite=robustness", "budget=smoke", f"output_dir={tmp_path}", f"tracking.uri={uri}", "device=cpu",
                    "threads=1", "models=[cnn_9x9]", "train.epochs=1", "params.attacks=[fgsm,pgd]",
-                   "params.pgd_steps=2", "params.examples=2"])
+                   "params.attack_args.pgd.steps=2", "params.examples=2"])
     return uri, driver.run_suite(cfg).parent_run_id
 
 

@@ -1,18 +1,19 @@
 """Progress that tells the truth: off a terminal each status line once and a line at least every LOG_EVERY seconds of
-work, time left from the work done (not counts), none with --quiet; attacks report every step of a batch of rows
-(PGD family) or every batch of images (torchattacks), adding up to their declared total; log lines go through
-tqdm's redirect; the units' work is declared per unit."""
+work, time left from the work done (not counts), none with --quiet; the row engine reports at every read of the
+device (every iterate on a CPU) and torchattacks' attacks every batch of images, adding up to their declared total;
+log lines go through tqdm's redirect; the units' work is declared per unit."""
 
 import logging
 from dataclasses import replace
 
 import pytest
 import torch
+import torchattacks
 from composing import compose
-from test_attacks import SETTINGS, tiny_model
+from test_attacks import SETTINGS, attack, tiny_model
 
-from capsbench.attacks import ATTACKS, decisions
-from capsbench.attacks.torchattacks_adapters import Square
+from capsbench.attacks import build, decisions
+from capsbench.attacks.torchattacks_adapters import LibraryAttack
 from capsbench.run.cost_model import plan_work, training_work
 from capsbench.run.plan import plan
 from capsbench.util import progress
@@ -106,21 +107,30 @@ def test_pgd_reports_every_step_and_adds_up_to_its_total_without_changing_a_resu
     model = tiny_model("cnn_sabour")
     images = torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(0))
     labels = decisions(model, images)  # every image classified correctly clean
-    ids, eps = torch.arange(len(images)), [0.0, 0.002, 0.05]  # some rows survive some steps, some break early
-    plain = replace(SETTINGS, steps=4, batch_size=10, early_exit=early_exit)
+    eps = [0.0, 0.002, 0.05]  # some rows survive some steps, some break early
+    steps = 1 if name == "fgsm" else 4
+    plain = replace(SETTINGS, batch_size=10, early_exit=early_exit)
     calls, hook = follow()
-    followed = replace(plain, progress=hook)
-    a = ATTACKS.get(name).run(model, images, labels, ids, eps, plain)
-    b = ATTACKS.get(name).run(model, images, labels, ids, eps, followed)
+    a = attack(name, model, images, labels, eps, plain, **({} if name == "fgsm" else {"steps": steps}))
+    b = attack(name, model, images, labels, eps, replace(plain, progress=hook),
+               **({} if name == "fgsm" else {"steps": steps}))
     assert all(torch.equal(a.broken[e], b.broken[e]) and torch.equal(a.adversarial[e], b.adversarial[e]) for e in eps)
-    steps = 1 if name == "fgsm" else plain.steps
-    runs = len(ATTACKS.get(name).losses)
-    total = len(images) * len(eps) * runs * (steps + 1)
+    runs = len(build(name).passes(0.1, 10))  # pgd: cross-entropy, then margin
+    total = len(images) * len(eps) * runs * (steps + 1)  # row-steps declared: each row's iterates 0..steps
     assert {t for _, t, _ in calls} == {total}
     done = [d for d, _, _ in calls]
     assert done == sorted(done) and done[-1] == total  # moves forward only, and ends at its total
-    assert max(left for *_, left in calls) <= 10  # rows of one batch at most
-    assert len(calls) >= runs * (steps + 1)  # per step of a batch of rows, not per attack
+    assert max(left for *_, left in calls) <= 10  # the pool's rows at most
+    assert len(calls) >= runs * (steps + 1)  # at every iterate of the pool (a read every iterate on a CPU)
+
+
+class LibraryFGSM(LibraryAttack):
+    """torchattacks' FGSM through capsbench's adapter for library attacks, in batches of 4 images."""
+
+    batch = 4
+
+    def build(self, target, eps, settings):
+        return torchattacks.FGSM(target, eps=eps)
 
 
 def test_torchattacks_attacks_report_every_batch_of_images():
@@ -128,9 +138,7 @@ def test_torchattacks_attacks_report_every_batch_of_images():
     x = torch.rand(6, 1, 28, 28)
     y = torch.arange(6) % 10
     calls, hook = follow()
-    square = Square()
-    square.batch = 4  # two batches per eps
-    square.run(model, x, y, torch.arange(6), [0.1, 0.2], replace(SETTINGS, progress=hook))
+    LibraryFGSM().run(model, x, y, torch.arange(6), [0.1, 0.2], replace(SETTINGS, progress=hook))
     assert calls == [(4, 12, 8), (6, 12, 6), (10, 12, 2), (12, 12, 0)]
 
 
@@ -147,10 +155,11 @@ def test_units_are_weighed_by_their_declared_work(tmp_path):
     trains = [w.train > 0 for w in work.values()]
     assert trains == [True, False, True, True, True]
     assert work[units[0].key].measure == 500  # accuracy: one pass over smoke's 500 test images
-    # robustness: 100 test images x (1 + fgsm's step and the 5-step passes of apgd (1), apgd_targeted (9 targets),
-    # pgd_adaptive (5 + 9) and vote (2), a forward and a backward pass per step at each of 7 eps, + square's 50 queries)
-    one_pass = 7 * 2 * (5 + 1)
-    assert work[units[1].key].measure == 100 * (1 + 7 * 2 * 2 + one_pass * (1 + 9 + 14 + 2) + 50)
+    # robustness: 100 test images x (1 + fgsm's step and apgd's 5 steps, a forward and a backward pass per iterate
+    # (steps + 1) at each of 7 eps; the ensemble's 5-step passes of apgd_targeted (9 targets), pgd_adaptive (5 + 9)
+    # and vote (2) at the 6 eps above 0; square's first query and 50 more, forwards only, at its one eps)
+    one_pass = 2 * (5 + 1)
+    assert work[units[1].key].measure == 100 * (1 + 7 * 2 * 2 + 7 * one_pass + 6 * one_pass * (9 + 14 + 2) + 51)
 
 
 def test_units_are_credited_as_they_report_and_never_beyond_their_work():

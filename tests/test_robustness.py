@@ -50,14 +50,26 @@ class BandModel(Classifier):
         return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
 
 
-def measure(model: Classifier, **overrides) -> list[dict]:
-    settings = {"eps": {"synthetic": [0.0, 0.25, 0.5]}, "blackbox_eps": {"synthetic": 0.5}, "pgd_steps": 10,
-                "apgd_steps": 10, "apgd_targets": 2, "square_queries": 200, "batch_size": 16, "examples": 4,
-                **overrides}
+ATTACK_ARGS = {"pgd": {"steps": 10}, "pgd_adaptive": {"steps": 10}, "vote": {"steps": 10},
+               "pgd_detect_aware": {"steps": 10}, "apgd": {"steps": 10}, "apgd_targeted": {"steps": 10, "targets": 2},
+               "square": {"queries": 200}}
+
+
+def measure(model: Classifier, attack_args=None, **overrides) -> list[dict]:
+    """The suite's records on 48 band images; attack_args: settings that replace ATTACK_ARGS's, per attack and
+    setting."""
+    given = attack_args or {}
+    args = {a: {**ATTACK_ARGS.get(a, {}), **given.get(a, {})} for a in {*ATTACK_ARGS, *given}}
+    settings = {"eps": {"synthetic": [0.0, 0.25, 0.5]}, "blackbox_eps": {"synthetic": 0.5}, "attack_args": args,
+                "batch_size": 16, "examples": 4, **overrides}
     params = RobustnessParams(**settings)
     ctx = Context(model=model.eval(), model_name="band", splits=make_splits(n_test=48), params=params, device="cpu",
                   batch_size=16, seed=0, protocol=TrainingProtocol(), resources=eps_grid(params, "synthetic"))
     return [{"model": "band", "dataset": "synthetic", "seed": 0, **r} for r in RobustnessSuite().measure(ctx)]
+
+
+FEW_STEPS = {a: {"steps": 3} for a in ("pgd", "pgd_adaptive", "vote", "apgd", "apgd_targeted")} | {
+    "square": {"queries": 20}}
 
 
 def fired(records) -> set[str]:
@@ -103,14 +115,18 @@ def test_worst_case_is_below_every_attack_and_monotone():
     assert value(records, "worst_case", 0.5) == pytest.approx(100.0 - value(records, "square", 0.5, "marginal_breaks"))
 
 
-def test_early_exit_and_batching_leave_the_records_identical():
+def test_early_exit_and_the_pools_shape_leave_the_records_identical():
+    """Early exit off and a pool of 7 rows; then the engine as on a GPU (a read every 3 iterates, speculation): the
+    same records but for the cost's (time, iterates, forward calls, reads)."""
+    cost = ("attack_throughput", "attack_iterates", "attack_forward_calls", "attack_host_reads")
     fast = measure(BandModel(quantise=True))
-    slow = measure(BandModel(quantise=True), early_exit=False, batch_size=7)
+    for slow in (measure(BandModel(quantise=True), early_exit=False, batch_size=7),
+                 measure(BandModel(quantise=True), compact_every=3, speculate=True)):
 
-    def strip(rows):
-        return [{k: v for k, v in r.items() if k != "value" or r["metric"] != "attack_throughput"} for r in rows]
+        def strip(rows):
+            return [{k: v for k, v in r.items() if k != "value" or r["metric"] not in cost} for r in rows]
 
-    assert strip(fast) == strip(slow)
+        assert strip(fast) == strip(slow)
 
 
 def test_flags_fire_on_a_gradient_masked_model():
@@ -202,7 +218,9 @@ def test_fired_flags_are_footnotes_of_the_table(tmp_path):
         ("params.attacks=[pgd,pgd_detect_aware]", "params.detection_fpr=0.05"),
         ("params.ensemble=[apgd_targetd]", "did you mean 'apgd_targeted'"),
         ("params.ensemble=[fgsm]", "'fgsm' is named twice"),
-        ("params.apgd_steps=0", "must be >= 1"),
+        ("params.attack_args.apgd.steps=0", "params.attack_args.apgd.steps"),
+        ("params.attack_args.apgd.step=5", "apgd has no setting 'step'"),
+        ("params.compact_every=0", "must be >= 1"),
         ("params.detection_fpr=1.5", "false-positive rate in \\(0, 1\\)"),
         ("dataset=mnist", None),
     ],
@@ -318,7 +336,7 @@ def test_unknown_attack_fails_with_the_valid_ones_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("name", [m for m in list_models() if MODELS.get(m).cls.is_capsule])
 def test_every_capsule_model_gets_the_adaptive_attacks_and_a_worst_case(name):
     torch.manual_seed(0)
-    records = measure(create_model(name, **tiny_args(name)).eval(), pgd_steps=3, apgd_steps=3, square_queries=20)
+    records = measure(create_model(name, **tiny_args(name)).eval(), FEW_STEPS)
     attacks = {r["attack"] for r in records if r["metric"] in ("robust_accuracy", "marginal_breaks")}
     skipped = {r["attack"]: r["reason"] for r in records if r["metric"] == "attack_skipped"}
     assert {"apgd", "apgd_targeted", "pgd_adaptive", "worst_case"} <= attacks
@@ -348,10 +366,10 @@ def test_no_attack_forward_runs_the_reconstruction_decoder_and_the_records_are_u
     model = create_model(name, **tiny_args(name)).eval()
     calls = []
     model.decoder.register_forward_hook(lambda *_: calls.append(1))
-    fast = measure(model, pgd_steps=3, apgd_steps=3, square_queries=20)
+    fast = measure(model, FEW_STEPS)
     assert calls == [] and model.decoder is not None  # detached while attacking, attached again after
     monkeypatch.setattr(suite_module, "without_unused_heads", lambda m: contextlib.nullcontext())
-    slow = measure(model, pgd_steps=3, apgd_steps=3, square_queries=20)
+    slow = measure(model, FEW_STEPS)
     assert calls  # the decoder ran this time
 
     def kept(records):
@@ -362,17 +380,21 @@ def test_no_attack_forward_runs_the_reconstruction_decoder_and_the_records_are_u
 
 
 def test_long_apgd_steps_apply_from_their_eps_and_are_stated():
-    """params.long_apgd_steps: APGD's passes at eps >= long_eps get the longer schedule (where a short one leaves the
-    CNNs' last images to an independent 100-step attack), declared in the work and stated in the budget line."""
-    from capsbench.suites.robustness.suite import attack_passes, budget_lines, settings, settings_at
+    """attack_args.apgd.long_steps: APGD's passes at eps >= long_eps get the longer schedule (where a short one leaves
+    the CNNs' last images to an independent 100-step attack), declared in the work and stated in the budget line."""
+    from capsbench.attacks import build
+    from capsbench.suites.robustness.params import EpsGrid
+    from capsbench.suites.robustness.suite import attack_passes, budget_lines
 
-    short = RobustnessParams(apgd_steps=25)
-    long = RobustnessParams(apgd_steps=25, long_apgd_steps=100, long_eps=0.15)
-    base = settings(long, 10)
-    assert settings_at(long, base, 0.1).apgd_steps == 25 and settings_at(long, base, 0.15).apgd_steps == 100
-    grid = [0.0, 0.1, 0.15, 0.2]
+    def params(**apgd):
+        return RobustnessParams(attacks=["fgsm", "apgd"], ensemble=[], attack_args={"apgd": {"steps": 25, **apgd}})
+
+    short, long = params(), params(long_steps=100, long_eps=0.15)
+    longer = build("apgd", long.attack_args["apgd"])
+    assert [p.steps for p in longer.passes(0.1, 10)] == [25] and [p.steps for p in longer.passes(0.15, 10)] == [100]
+    grid = EpsGrid([0.0, 0.1, 0.15, 0.2], None)
     more, fewer = attack_passes(long, grid, 10), attack_passes(short, grid, 10)
-    assert more["apgd"] == fewer["apgd"] + 2 * 75 * 2 and more["fgsm"] == fewer["fgsm"]
+    assert more == fewer + 2 * 75 * 2  # eps 0.15 and 0.2: 75 more iterates, each a forward and a backward pass
     records = [{"model": "m", "dataset": "mnist", "metric": "robust_accuracy", "attack": "apgd"}]
     (line,) = budget_lines(records, OmegaConf.structured(long))
     assert "25 steps" in line and "100 steps at eps >= 0.15" in line

@@ -24,5 +24,7 @@ def test_every_setting_type_reads_back_identical(tracked_store):
 
 
 def test_the_report_reads_the_suite_params_typed():
-    params = suite_params("robustness", {"apgd_targets": None, "eps": {"mnist": [0.0, 0.1]}, "apgd_steps": 25})
-    assert params.apgd_targets is None and params.apgd_steps == 25 and list(params.eps.mnist) == [0.0, 0.1]
+    params = suite_params("robustness", {"attack_args": {"apgd_targeted": {"targets": None}, "apgd": {"steps": 25}},
+                                         "eps": {"mnist": [0.0, 0.1]}, "batch_size": None})
+    assert params.attack_args.apgd_targeted.targets is None and params.attack_args.apgd.steps == 25
+    assert params.batch_size is None and list(params.eps.mnist) == [0.0, 0.1] and params.examples == 8

@@ -24,7 +24,7 @@ from capsbench.reporting.outputs import write_suite
 from capsbench.run import driver, execute
 from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.suites import SUITES
-from capsbench.suites.robustness import suite as robustness
+from capsbench.suites.robustness.phases import UnitAttacks
 from capsbench.tracking import Tracker, flatten
 from capsbench.util.uris import sqlite_uri
 from capsbench.util.version import __version__
@@ -170,13 +170,13 @@ def test_two_reports_while_a_run_writes_the_same_store(tmp_path, mnist_root):
 
 def test_the_checkpoint_cache_deleted_during_the_attacks_loses_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
-    real = robustness._AttackRun.standalone
+    real = UnitAttacks.run
 
-    def cache_deleted(self, name, eps_values):
+    def cache_deleted(self, *args, **kwargs):
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)  # another job clears the cache mid-measurement
-        return real(self, name, eps_values)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(robustness._AttackRun, "standalone", cache_deleted)
+    monkeypatch.setattr(UnitAttacks, "run", cache_deleted)
     cfg = compose(["suite=robustness", "budget=smoke", "device=cpu", "threads=1", "train.epochs=1",
                    "models=[cnn_9x9]", "params.attacks=[fgsm]", f"output_dir={tmp_path}",
                    f"cache_dir={tmp_path / 'cache'}"])

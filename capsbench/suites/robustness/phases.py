@@ -5,6 +5,7 @@ into records."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -83,8 +84,10 @@ class UnitAttacks:
     counts: Counts = field(default_factory=Counts)
 
     def why_not(self, name: str, args: dict[str, Any] | None = None) -> str | None:
-        """Why attack `name` does not apply to this model (None: it does), probed without the decoder."""
-        with without_unused_heads(self.model):
+        """Why attack `name` does not apply to this model (None: it does), probed without the decoder unless the
+        attack evades the reconstruction detector (whose decoder is what it probes for)."""
+        defended = CATALOG.get(name).defended
+        with contextlib.nullcontext() if defended else without_unused_heads(self.model):
             return build(name, args or self.args.get(name)).applies_to(self.model, self.images[:1])
 
     def run(self, attacks: list[Planned], *, credit: Callable[[float], None] | None = None,
