@@ -461,6 +461,20 @@ def _catalog(what: str) -> list[dict[str, Any]]:
             }
             for n in DATASETS
         ]
+    if what == "attacks":
+        from capsbench.attacks import CATALOG as ATTACKS  # lazy, as above
+        from capsbench.attacks import table_order
+
+        return [
+            {
+                "name": n,
+                "description": (e := ATTACKS.get(n)).label + (" (black-box)" if not e.white_box else "")
+                + (" (against the reconstruction detector: params.detection_fpr)" if e.defended else ""),
+                "class": e.target,
+                "settings": {k: {"default": v, "range": e.ranges.get(k)} for k, v in e.arguments.items()},
+            }
+            for n in table_order()[1:]
+        ]
     from capsbench.suites import CATALOG  # lazy, as above
 
     return [
@@ -476,21 +490,23 @@ def _catalog(what: str) -> list[dict[str, Any]]:
 
 @app.command(
     name="list",
-    help="List registered models, datasets or suites, or the checkpoints in the cache.\n\n"
+    help="List registered models, datasets, suites or attacks (with their settings, params.attack_args.<attack>.*), "
+    "or the checkpoints in the cache.\n\n"
     + _examples(
         "capsbench list models",
+        "capsbench list attacks",
         "capsbench list suites --format json",
         "capsbench list checkpoints [cache_dir=DIR | output_dir=DIR]",
     ),
 )
 def list_(
-    what: Annotated[str, typer.Argument(help="models, datasets, suites or checkpoints")] = "models",
+    what: Annotated[str, typer.Argument(help="models, datasets, suites, attacks or checkpoints")] = "models",
     overrides: Overrides = None,
     fmt: Format = "text",
 ) -> None:
     """`capsbench list`: the registries, or the checkpoints in the cache."""
     _check_format(fmt)
-    kinds = ("models", "datasets", "suites", "checkpoints")
+    kinds = ("models", "datasets", "suites", "attacks", "checkpoints")
     if what not in kinds:
         _fail(f"cannot list {what!r}: {close_matches(what, list(kinds))}")
     if what == "checkpoints":
@@ -524,7 +540,9 @@ def list_(
         return
     for entry in rows:
         origin = f"[external, {entry['external']}: {entry['class']}] " if entry.get("external") else ""
-        typer.echo(f"{entry['name']:14s} {origin}{entry['description']}")
+        settings = "; ".join(f"{k}={s['default']}" + (f" {s['range']}" if s["range"] else "")
+                             for k, s in entry.get("settings", {}).items())
+        typer.echo(f"{entry['name']:16s} {origin}{entry['description']}" + (f": {settings}" if settings else ""))
 
 
 @app.command(

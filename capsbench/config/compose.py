@@ -47,6 +47,9 @@ def _check_key(schema: DictConfig, dotted: str, source: str) -> None:
         if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
             return  # free-form mapping (model_args, model_train): checked per model in capsbench.config.checks
         if not isinstance(node, DictConfig) or part not in node:
+            moved = getattr(OmegaConf.get_type(node), "MOVED", {}) if isinstance(node, DictConfig) else {}
+            if part in moved:  # a setting that lives elsewhere now: say where
+                raise CapsbenchError(f"{dotted!r} ({source}) is now {path}.{moved[part]}")
             valid = list(node.keys()) if isinstance(node, DictConfig) else []
             where = f" under {path!r}" if path else ""
             hint = close_matches(part, [str(k) for k in valid]) if valid else f"{path!r} takes a value, not sub-keys"

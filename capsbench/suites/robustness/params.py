@@ -4,7 +4,7 @@ validated before any heavy library loads."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from capsbench.attacks import CATALOG, check_attack_args
 from capsbench.errors import CapsbenchError
@@ -12,6 +12,14 @@ from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
 
 PER_DATASET = {"keys": "dataset"}  # field metadata: a mapping keyed by dataset name (named in config errors)
+
+
+def _each(setting: str, attacks: str) -> str:
+    return f"attack_args.<attack>.{setting} of each attack it set ({attacks}); `capsbench list attacks` lists them"
+
+
+PGD_FAMILY = "pgd, pgd_adaptive, vote, pgd_detect_aware"
+APGD_FAMILY = "apgd, apgd_targeted"
 
 
 @dataclass
@@ -34,6 +42,15 @@ class RobustnessParams:
     examples: int = 8  # images in the adversarial-example grid per model
     detection_fpr: float | None = None  # set (e.g. 0.05): reconstruction-based detection for models with a decoder
     detection_val_images: int = 1000  # clean validation images the detector's threshold is set on
+    MOVED: ClassVar[dict[str, str]] = {  # settings that became the attacks' own (params.attack_args.<attack>.*)
+        "pgd_steps": _each("steps", PGD_FAMILY), "pgd_step_ratio": _each("step_ratio", PGD_FAMILY),
+        "pgd_restarts": _each("restarts", PGD_FAMILY),
+        "pgd_targets": _each("targets", "pgd_adaptive, pgd_detect_aware"),
+        "apgd_steps": _each("steps", APGD_FAMILY), "long_apgd_steps": _each("long_steps", APGD_FAMILY),
+        "long_eps": _each("long_eps", APGD_FAMILY), "apgd_restarts": "attack_args.apgd.restarts",
+        "apgd_targets": "attack_args.apgd_targeted.targets", "square_queries": "attack_args.square.queries",
+        "detection_weight": "attack_args.pgd_detect_aware.weight",
+    }
 
     @staticmethod
     def validate(cfg: Any) -> None:
