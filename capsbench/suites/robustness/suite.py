@@ -6,6 +6,7 @@ breaks, Wilson intervals on every number, each model's attack budget, and gradie
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -38,7 +39,24 @@ from capsbench.util.style import STYLE
 
 FLAG_SYMBOLS = {"eps0_equals_clean": "0", "pgd_not_weaker_than_fgsm": "F", "monotone_in_eps": "M",
                 "blackbox_not_stronger": "B", "near_zero_at_max_eps": "Z", "adaptive_stronger": "A"}
-ATTACKS_SHOWN = Group("attack", tuple(table_order()), labels())  # the attacks' declared order and labels
+class _Declared(Sequence, Mapping):
+    """The attacks' declared table order (as a sequence) and labels (as a mapping), read from the catalog whenever
+    a table is drawn, so that an attack registered after this module was imported is placed and named too."""
+
+    def __getitem__(self, key: Any) -> Any:
+        return table_order()[key] if isinstance(key, (int, slice)) else labels()[key]
+
+    def __len__(self) -> int:
+        return len(table_order())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(table_order())
+
+    def __contains__(self, key: object) -> bool:
+        return key in labels()
+
+
+ATTACKS_SHOWN = Group("attack", _Declared(), _Declared())  # type: ignore[arg-type]
 EPS_COLUMNS = SweepColumns("robust_accuracy", "eps", "robust accuracy ({unit}) at eps", drop=(0.0,))  # eps 0 = clean
 EXAMPLES_BY = "apgd"  # the attack whose adversarial examples the figure shows
 EVAL_BATCH = 500  # images per forward pass of the clean predictions, unless params.batch_size says otherwise
