@@ -117,12 +117,14 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     claims = [c for c in load_claims(folder) if wanted is None or c.id in wanted]
     base = compose(common, require_suite=False, resolve_device=gpu is None)  # the settings every section shares
     fix_threads(base)
-    runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download))
+    smoke = base.budget == "smoke"  # in minutes: only data already here (a download is no smoke test)
+    runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download) and not smoke)
     needs = {c.id: claim_need(c, DATASETS.get(c.dataset).test_size) for c in runnable}
-    if base.budget == "smoke":  # smoke checks the pipeline and judges nothing: the budget's training, test images and
-        # attacks, so that every claim's path runs in minutes (power-sized test sets belong to budgets that judge)
-        needs = {cid: dataclasses.replace(need, train={}, images=None, images_why="the smoke budget's own")
-                 for cid, need in needs.items()}
+    if smoke:  # smoke checks the pipeline and judges nothing: every claim at the smoke budget's
+        # training, sizes, test images and attacks, so that every claim's path runs in minutes (power-sized test sets,
+        # published sizes and targets belong to the budgets that judge)
+        needs = {cid: dataclasses.replace(need, train={}, images=None, images_why="the smoke budget's own",
+                                          budget=None) for cid, need in needs.items()}
     assumed = {c.id: needs[c.id].budget for c in runnable if _budget_unmet(c, needs[c.id], base.budget)}
     planned = [c for c in runnable if c.id not in assumed]
     found, placed = _sections(planned, needs, base)

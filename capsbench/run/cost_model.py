@@ -188,18 +188,15 @@ def _rate(table: dict[str, Any], device: str, kind: str, where: str, unit: UnitS
             return float(got[model]) * ratio[d], basis
     mine = unit_macs(unit)
     suite = where.partition("/")[0] if kind == "measure" else ""
-    wheres = sorted({at for d in peers for at in table[d].get(kind, {})}, key=lambda at: at != where)
-    for at in (at for at in wheres if at == where or at.startswith(suite)):  # another budget: its sizes in its MACs
-        for d in peers:
-            got = table[d].get(kind, {}).get(at, {})
-            if not got or not mine:
-                continue
-            sized = at.rpartition("/")[2]
-            near = min(got, key=lambda m: abs(math.log(reference_macs(m, sized, unit) or mine) - math.log(mine)))
-            theirs = reference_macs(near, sized, unit)
-            if theirs:
-                return (float(got[near]) * theirs / mine * ratio[d],
-                        f"{model} ({kind}, {where}) scaled by MACs from {near} ({at}) on {_label(table, d)}")
+    if mine:  # the measured model nearest in MACs per image (at `where` if any, else another budget of the suite)
+        found = [(at, d, m, theirs) for d in peers for at, got in table[d].get(kind, {}).items()
+                 if at == where or at.startswith(suite) for m in got
+                 if (theirs := reference_macs(m, at.rpartition("/")[2], unit))]
+        same = [f for f in found if f[0] == where] or found
+        if same:
+            at, d, near, theirs = min(same, key=lambda f: (abs(math.log(f[3] / mine)), peers.index(f[1])))
+            return (float(table[d][kind][at][near]) * theirs / mine * ratio[d],
+                    f"{model} ({kind}, {where}) scaled by MACs from {near} ({at}) on {_label(table, d)}")
     if kind == "measure":
         budget = where.partition("/")[2]
         for other, got in here.get(kind, {}).items():
