@@ -44,8 +44,8 @@ class APGD(RowAttack):
     def budget(self, num_classes: int) -> str:
         return f"APGD, margin loss, {self.steps} steps, {self.restarts} restart(s){self.longer()}"
 
-    def passes(self, eps: float, num_classes: int) -> list[Pass]:
-        return [Pass(RawEvidenceObjective(), self.loss, APGDStep(), self.steps_at(eps), r)
+    def passes(self, eps: float, num_classes: int, norm: str = "linf") -> list[Pass]:
+        return [Pass(RawEvidenceObjective(), self.loss, APGDStep(l2=norm == "l2"), self.steps_at(eps), r)
                 for r in range(self.restarts)]
 
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:

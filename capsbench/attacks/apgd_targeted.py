@@ -35,6 +35,6 @@ class APGDTargeted(APGD):
         towards = f"each of the {n} other classes" if n == num_classes - 1 else f"the {n} likeliest classes"
         return f"APGD-T (targeted DLR) towards {towards}, {self.steps} steps each{self.longer()}"
 
-    def passes(self, eps: float, num_classes: int) -> list[Pass]:
-        return [Pass(RawEvidenceObjective(), self.loss, APGDStep(), self.steps_at(eps), 0, rank)
+    def passes(self, eps: float, num_classes: int, norm: str = "linf") -> list[Pass]:
+        return [Pass(RawEvidenceObjective(), self.loss, APGDStep(l2=norm == "l2"), self.steps_at(eps), 0, rank)
                 for rank in range(1, self.count(num_classes) + 1)]

@@ -26,12 +26,12 @@ class AutoAttack(LibraryAttack):
     def budget(self, num_classes: int) -> str:
         return f"APGD-CE, APGD-T, FAB-T at {STEPS} iterations, Square at {SQUARE_QUERIES} queries"
 
-    def cost(self, eps: float, num_classes: int) -> float:
+    def cost(self, eps: float, num_classes: int, norm: str = "linf") -> float:
         # APGD-CE, APGD-T over every other class and FAB-T over every other class, forward and backward per step
         return float(2 * STEPS * (1 + 2 * (num_classes - 1)) + SQUARE_QUERIES)
 
     def build(self, target, eps, settings):
-        common = {"norm": "Linf", "eps": eps, "seed": settings.seed, "n_restarts": 1}
+        common = {"norm": "L2" if settings.norm == "l2" else "Linf", "eps": eps, "seed": settings.seed, "n_restarts": 1}
         n = settings.num_classes
         return torchattacks.MultiAttack([
             torchattacks.APGD(target, loss="ce", steps=STEPS, **common),

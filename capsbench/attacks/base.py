@@ -27,6 +27,7 @@ class EngineSettings:
     """What every attack of a run shares.
 
     num_classes: the dataset's classes. seed: fixes the random starts (per image id) and the query attacks' draws.
+    norm: the threat model, "linf" (eps-boxes) or "l2" (eps-balls in L2), both on [0, 1] pixels.
     batch_size: rows (image x eps x pass) in the pool at once. early_exit: a row leaves as soon as one iterate is
     misclassified (an image counts as broken when any iterate is, so this changes the cost only). precision: "fp32",
     or "bf16" (forward and backward under bf16 autocast, every break confirmed by the fp32 model). compact_every:
@@ -39,6 +40,7 @@ class EngineSettings:
 
     num_classes: int
     seed: int = 0
+    norm: str = "linf"  # the threat model: "linf" or "l2"
     batch_size: int = 500
     early_exit: bool = True
     precision: str = "fp32"
@@ -90,6 +92,13 @@ class Attack:
     WHITE_BOX: ClassVar[bool] = True
     DEFENDED: ClassVar[bool] = False
     ARGUMENT_RANGES: ClassVar[dict[str, object]] = {}
+    NORMS: ClassVar[tuple[str, ...]] = ("linf", "l2")  # the threat models it has a form for
+
+    def for_norm(self, norm: str) -> Attack:
+        """The attack's form in threat model `norm` (itself, where one class serves every norm)."""
+        if norm not in self.NORMS:
+            raise ValueError(f"{self.name} has no {norm} form (it has: {', '.join(self.NORMS)})")
+        return self
 
     def applies_to(self, model: Classifier, sample: torch.Tensor) -> str | None:
         """None when the attack is defined for `model`, else the reason it is not (recorded, never raised).
@@ -100,7 +109,7 @@ class Attack:
         """Steps, restarts, step size or queries, in words."""
         raise NotImplementedError
 
-    def cost(self, eps: float, num_classes: int) -> float:
+    def cost(self, eps: float, num_classes: int, norm: str = "linf") -> float:
         """Image passes (a forward or a backward pass of one image) of one image at `eps`, at most: the declared work
         that prices a unit and weighs its progress."""
         raise NotImplementedError
@@ -110,13 +119,14 @@ class RowAttack(Attack):
     """An iterative gradient attack: passes of rows (image x eps) that the row engine runs, each pass on the rows the
     earlier ones left robust."""
 
-    def passes(self, eps: float, num_classes: int) -> list[Pass]:
-        """The passes at `eps`, in order."""
+    def passes(self, eps: float, num_classes: int, norm: str = "linf") -> list[Pass]:
+        """The passes at `eps` in threat model `norm`, in order."""
         raise NotImplementedError
 
-    def cost(self, eps: float, num_classes: int) -> float:
+    def cost(self, eps: float, num_classes: int, norm: str = "linf") -> float:
         """Per pass a forward pass per iterate and, where the rule reads gradients, a backward pass."""
-        return float(sum((2 if p.rule.needs_gradient else 1) * (p.steps + 1) for p in self.passes(eps, num_classes)))
+        return float(sum((2 if p.rule.needs_gradient else 1) * (p.steps + 1)
+                         for p in self.passes(eps, num_classes, norm)))
 
 
 class QueryAttack(Attack):

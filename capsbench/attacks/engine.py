@@ -38,7 +38,8 @@ from capsbench.util.precision import autocast
 CPU_ROWS = 500  # rows in a CPU's pool: there the work is the cost, and a few hundred rows keep both cores busy
 MAX_ROWS = 65536  # at most this many rows in a GPU's pool
 GPU_MEMORY_SHARE = 0.5  # of the free memory a GPU's pool may take
-CORE = {"x": "image", "adversarial": "image", "lower": "image", "upper": "image", "label": "long", "target": "long",
+CORE = {"x": "image", "adversarial": "image", "clean": "image", "lower": "image", "upper": "image", "label": "long",
+        "target": "long",
         "eps": "float", "t": "long", "steps": "long", "schedule": "long", "key": "long", "broken": "bool",
         "done": "bool"}
 DTYPES = {"float": torch.float32, "long": torch.int64, "bool": torch.bool}
@@ -266,8 +267,11 @@ class RowEngine:
             chosen = self._rankings[objective][image, rank]
             s["target"] = torch.where(ranking == o, chosen, s["target"])
         drawn = 0
+        s["clean"] = clean
         for rule, start, end in _blocks([p.rule for p in passes]):
             block = slice(start, end)
+            if rule.norm == "l2":  # the box is [0, 1]: the rule projects onto the L2 ball itself
+                s["lower"][block], s["upper"][block] = 0.0, 1.0
             random = sum(passes[r].random_start for r in range(start, end))  # they come first in the block
             if random:
                 at = slice(start, start + random)
@@ -445,11 +449,12 @@ def run_attack(model: Classifier, attack: Attack, images: torch.Tensor, labels: 
                eps_values: list[float], settings: EngineSettings, *, name: str = "attack") -> AttackResult:
     """One attack alone on every image (N, C, H, W) in [0, 1] on the model's device, at each eps: which images it
     broke (CPU bools) and the adversarial images (the first breaking iterate, else the last pass's last iterate)."""
+    attack = attack.for_norm(settings.norm)
     if isinstance(attack, QueryAttack):
         return attack.run(model, images, labels, ids, eps_values, settings)
     grid = sorted(set(eps_values))
     job = Job(name, attack, grid, np.ones(len(images), dtype=bool), True,
-              {e: attack.passes(e, settings.num_classes) for e in grid})
+              {e: attack.passes(e, settings.num_classes, settings.norm) for e in grid})
     outcome = RowEngine(model, images, labels, ids, grid, settings).run([job], keep={name: np.arange(len(images))})[0]
     return AttackResult({e: torch.from_numpy(outcome.broken[:, grid.index(e)].copy()) for e in eps_values},
                         {e: outcome.adversarial[:, grid.index(e)] for e in eps_values})

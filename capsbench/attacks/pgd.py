@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from capsbench.attacks.base import Pass, RowAttack
 from capsbench.attacks.objectives import Objective
-from capsbench.attacks.step_rules import SignStep
+from capsbench.attacks.step_rules import gradient_step
 
 
 class PGD(RowAttack):
@@ -28,8 +28,8 @@ class PGD(RowAttack):
         return (f"{self.steps} steps of {self.step_ratio:g} eps/{self.steps}, random start, "
                 f"{' then '.join(self.losses)} loss, {self.restarts} restart(s) each")
 
-    def passes(self, eps: float, num_classes: int) -> list[Pass]:
+    def passes(self, eps: float, num_classes: int, norm: str = "linf") -> list[Pass]:
         """Per objective, per restart, per loss: each on the rows the earlier ones left."""
-        rule = SignStep(self.step_ratio)
+        rule = gradient_step(norm, self.step_ratio)
         return [Pass(o, loss, rule, self.steps, r) for o in self.objectives for r in range(self.restarts)
                 for loss in self.losses]

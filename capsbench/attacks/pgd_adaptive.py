@@ -9,7 +9,7 @@ import torch
 from capsbench.attacks.base import Pass
 from capsbench.attacks.objectives import AdaptiveObjective, Objective, PreSquashObjective, RawEvidenceObjective
 from capsbench.attacks.pgd import PGD
-from capsbench.attacks.step_rules import SignStep
+from capsbench.attacks.step_rules import gradient_step
 from capsbench.models import Classifier
 
 TARGETED = "targeted"  # the loss of the multi-targeted passes: the raw evidence of a ranked class against the true one
@@ -58,9 +58,9 @@ class AdaptivePGD(PGD):
                 f"on log-normalised pre-squash norms (exact, then BPDA), raw-evidence margin, each {self.restarts} "
                 f"restart(s)" + ("" if self.targets == 0 else f"; then targeted raw margin towards {targets}"))
 
-    def passes(self, eps: float, num_classes: int) -> list[Pass]:
-        rule = SignStep(self.step_ratio)
-        return (super().passes(eps, num_classes)
+    def passes(self, eps: float, num_classes: int, norm: str = "linf") -> list[Pass]:
+        rule = gradient_step(norm, self.step_ratio)
+        return (super().passes(eps, num_classes, norm)
                 + [Pass(self.raw, "margin", rule, self.steps, r) for r in range(self.restarts)]
                 + [Pass(self.raw, TARGETED, rule, self.steps, 0, rank)
                    for rank in range(1, self.count(num_classes) + 1)])

@@ -20,8 +20,21 @@ RHO = 0.75  # condition 1: the step halves when fewer than rho of the steps sinc
 
 
 def project(x: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
-    """x clipped into the box [lower, upper] (the eps-ball intersected with [0, 1])."""
+    """x clipped into the box [lower, upper] (the L-inf eps-ball intersected with [0, 1])."""
     return torch.min(torch.max(x, lower), upper)
+
+
+def project_l2(x: torch.Tensor, clean: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """x moved into the L2 ball of radius eps (B,) around `clean` (its offset scaled down where longer), then into
+    [0, 1], as AutoAttack's L2 attacks project."""
+    offset = x - clean
+    length = offset.flatten(1).norm(dim=1).clamp(min=1e-12)
+    return (clean + offset * per_row((eps / length).clamp(max=1.0), x)).clamp(0.0, 1.0)
+
+
+def unit_l2(g: torch.Tensor) -> torch.Tensor:
+    """g over its L2 norm per row (0 where g is 0): the steepest ascent direction in L2."""
+    return g / per_row(g.flatten(1).norm(dim=1).clamp(min=1e-12), g)
 
 
 def per_row(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -33,15 +46,20 @@ def per_row(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 class StepRule:
     """Base class. `state` names the per-row state a rule keeps: "image" (shaped like the rows' images) or a dtype
     ("float", "long", "bool"); `start` fills it for rows entering the pool, `advance` returns x(t+1). Every rule also
-    reads the engine's own state: x, t, eps, lower, upper, key (31 random bits fixed by the row's seed, pass and image
-    id), schedule (the row's step count's row of mark_table) and mark_table (mark_table below)."""
+    reads the engine's own state: x, t, eps, clean, lower, upper (the eps-box in L-inf, [0, 1] in L2), key (31 random
+    bits fixed by the row's seed, pass and image id), schedule (the row's step count's row of mark_table) and
+    mark_table (mark_table below)."""
 
     state: ClassVar[dict[str, str]] = {}
     needs_gradient: ClassVar[bool] = True  # False: a query rule, whose rows are forwarded without autograd
+    norm: ClassVar[str] = "linf"  # the threat model its rows stay in: "linf" (lower, upper the eps-box) or "l2"
 
     def start_point(self, clean: torch.Tensor, eps: torch.Tensor, noise: torch.Tensor, lower: torch.Tensor,
                     upper: torch.Tensor) -> torch.Tensor:
-        """x(0) of rows with a random start: the clean images (n, ...) moved by noise (n, ...) in [-1, 1] x eps."""
+        """x(0) of rows with a random start: the clean images (n, ...) moved by noise (n, ...) in [-1, 1] x eps (in
+        L2: to the sphere of radius eps in the noise's direction, as AutoAttack's L2 starts)."""
+        if self.norm == "l2":
+            return project_l2(clean + unit_l2(noise) * per_row(eps, clean), clean, eps)
         return project(clean + noise * per_row(eps, clean), lower, upper)
 
     def start(self, s: dict[str, torch.Tensor], eps: torch.Tensor, steps: torch.Tensor) -> None:
@@ -51,6 +69,22 @@ class StepRule:
         """x(t+1) (B, ...) of rows whose state `s` holds x (their iterate x(t)), t, lower, upper and the rule's own,
         given f (B,) and g (B, ...) at x(t)."""
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class L2Step(StepRule):
+    """PGD's step in L2: x(t+1) = P(x(t) + step g / |g|), step = ratio * eps / steps (FGM: one step of eps), P the
+    projection onto the L2 ball and [0, 1]."""
+
+    ratio: float
+    norm: ClassVar[str] = "l2"
+    state: ClassVar[dict[str, str]] = {"step_size": "float"}
+
+    def start(self, s: dict[str, torch.Tensor], eps: torch.Tensor, steps: torch.Tensor) -> None:
+        s["step_size"].copy_(self.ratio * eps / steps)
+
+    def advance(self, s: dict[str, torch.Tensor], f: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return project_l2(s["x"] + per_row(s["step_size"], g) * unit_l2(g), s["clean"], s["eps"])
 
 
 @dataclass(frozen=True)
@@ -66,6 +100,11 @@ class SignStep(StepRule):
 
     def advance(self, s: dict[str, torch.Tensor], f: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return project(s["x"] + per_row(s["step_size"], g) * g.sign(), s["lower"], s["upper"])
+
+
+def gradient_step(norm: str, ratio: float) -> StepRule:
+    """PGD's step rule in `norm`: sign steps in L-inf, normalised-gradient steps in L2."""
+    return L2Step(ratio) if norm == "l2" else SignStep(ratio)
 
 
 def checkpoints(steps: int) -> list[int]:
@@ -85,8 +124,10 @@ class APGDStep(StepRule):
     (x(t) - x(t-1))), alpha = 1 on the first step and MOMENTUM after. At each checkpoint w_j a row's eta halves, and
     the row goes on from its best point and that point's gradient, when (1) fewer than rho (w_j - w_{j-1}) of its
     steps since w_{j-1} raised the loss, or (2) its eta did not halve at w_{j-1} and its best loss has not risen since
-    (sec. 3.2; as the authors' code, (2) is not checked at the first checkpoint)."""
+    (sec. 3.2; as the authors' code, (2) is not checked at the first checkpoint). In L2 (`l2`) the step follows
+    g / |g| and P projects onto the L2 ball and [0, 1] (sec. 3 and the authors' APGD-L2)."""
 
+    l2: bool = False
     state: ClassVar[dict[str, str]] = {
         "before": "image", "x_best": "image", "grad_best": "image",
         "eta": "float", "value": "float", "best": "float", "best_at_mark": "float",
@@ -125,10 +166,17 @@ class APGDStep(StepRule):
         here = torch.where(per_row(stalled, x), s["x_best"], x)
         grad = torch.where(per_row(stalled, g), s["grad_best"], g)
         alpha = per_row(torch.where(t == 0, 1.0, MOMENTUM), x)
-        z = project(here + per_row(s["eta"], grad) * grad.sign(), s["lower"], s["upper"])
+        if self.l2:
+            z = project_l2(here + per_row(s["eta"], grad) * unit_l2(grad), s["clean"], s["eps"])
+        else:
+            z = project(here + per_row(s["eta"], grad) * grad.sign(), s["lower"], s["upper"])
         moved = here + alpha * (z - here) + (1.0 - alpha) * (here - s["before"])
         s["before"].copy_(here)
-        return project(moved, s["lower"], s["upper"])
+        return project_l2(moved, s["clean"], s["eps"]) if self.l2 else project(moved, s["lower"], s["upper"])
+
+    @property
+    def norm(self) -> str:  # type: ignore[override]
+        return "l2" if self.l2 else "linf"
 
 
 SQUARE_SCHEDULE = ((10, 2), (50, 4), (200, 8), (500, 16), (1000, 32), (2000, 64), (4000, 128), (6000, 256),

@@ -50,6 +50,7 @@ for _entry in (
     SuiteEntry("efficiency", "capsbench.suites.efficiency:EfficiencySuite", EfficiencyParams, needs_data=False),
     SuiteEntry("overlap", "capsbench.suites.overlap:OverlapSuite", OverlapParams),
     SuiteEntry("robustness", "capsbench.suites.robustness.suite:RobustnessSuite", RobustnessParams),
+    SuiteEntry("robustness_l2", "capsbench.suites.robustness.suite:RobustnessL2Suite", RobustnessParams),
     SuiteEntry("routing", "capsbench.suites.routing:RoutingSuite", RoutingParams),
 ):
     CATALOG.register(_entry.name)(_entry)

@@ -3,11 +3,13 @@ validated before any heavy library loads."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from capsbench.attacks import CATALOG, check_attack_args
 from capsbench.errors import CapsbenchError
+from capsbench.util.lazy import class_literal
 from capsbench.util.precision import check_device_precision
 from capsbench.util.registry import close_matches
 
@@ -56,9 +58,10 @@ class RobustnessParams:
     def validate(cfg: Any) -> None:
         p = cfg.params
         grid, bb = (g := eps_grid(p, cfg.dataset)).eps, g.blackbox
-        if 0.0 not in grid or grid != sorted(set(grid)) or not all(0.0 <= e <= 1.0 for e in grid):
+        top = 1.0 if suite_norm(cfg.suite) == "linf" else math.sqrt(_features(cfg.dataset))  # [0, 1] pixels
+        if 0.0 not in grid or grid != sorted(set(grid)) or not all(0.0 <= e <= top for e in grid):
             raise CapsbenchError(
-                f"params.eps.{cfg.dataset} must be increasing values in [0, 1] that include 0, got {grid}"
+                f"params.eps.{cfg.dataset} must be increasing values in [0, {top:g}] that include 0, got {grid}"
             )
         lists = ("attacks", "ensemble", "extra_attacks")
         for key in lists:
@@ -95,6 +98,20 @@ class RobustnessParams:
                 raise CapsbenchError(f"params.{key} must be >= 1, or null to size it by the device; got {p[key]}")
         check_attack_args(p.attack_args)
         check_device_precision(p.attack_precision, cfg.device, "params.attack_precision")
+
+
+def suite_norm(suite: str) -> str:
+    """The threat model of robustness suite `suite` (its class's NORM), read without importing it."""
+    from capsbench.suites import CATALOG as SUITES  # lazy: the suites' catalog imports this module
+
+    return str(class_literal(SUITES.get(suite).target, "NORM", "linf"))
+
+
+def _features(dataset: str) -> int:
+    from capsbench.data import DATASETS  # torch-free: the catalog
+
+    spec = DATASETS.get(dataset)
+    return spec.in_channels * (spec.train_crop or spec.image_size) ** 2
 
 
 @dataclass(frozen=True)

@@ -47,13 +47,15 @@ def planned(params: Any, grid: list[float], blackbox: float | None, *, everyone_
 
 
 def engine_settings(params: Any, num_classes: int, device: str, model: torch.nn.Module,
-                    sample: torch.Tensor) -> EngineSettings:
-    """The engine's settings from params: the pool sized by the device where params.batch_size is null, reads every
-    iterate on a CPU and every COMPACT_EVERY_GPU iterates on a GPU, speculation on a GPU only (unless set)."""
+                    sample: torch.Tensor, norm: str = "linf") -> EngineSettings:
+    """The engine's settings from params in threat model `norm`: the pool sized by the device where params.batch_size
+    is null, reads every iterate on a CPU and every COMPACT_EVERY_GPU iterates on a GPU, speculation on a GPU only
+    (unless set)."""
     gpu = str(device).startswith("cuda")
     return EngineSettings(
         num_classes=num_classes,
         seed=params.attack_seed,
+        norm=norm,
         batch_size=params.batch_size or pool_rows(model, sample),
         early_exit=params.early_exit,
         precision=params.attack_precision,
@@ -88,7 +90,11 @@ class UnitAttacks:
         attack evades the reconstruction detector (whose decoder is what it probes for)."""
         defended = CATALOG.get(name).defended
         with contextlib.nullcontext() if defended else without_unused_heads(self.model):
-            return build(name, args or self.args.get(name)).applies_to(self.model, self.images[:1])
+            return self._attack(name, args).applies_to(self.model, self.images[:1])
+
+    def _attack(self, name: str, args: dict[str, Any] | None) -> Any:
+        """Attack `name` with these settings (else the unit's), in the unit's threat model."""
+        return build(name, args if args is not None else self.args.get(name)).for_norm(self.settings.norm)
 
     def run(self, attacks: list[Planned], *, credit: Callable[[float], None] | None = None,
             overrides: dict[str, dict[str, Any]] | None = None, quiet: bool = False) -> None:
@@ -104,8 +110,9 @@ class UnitAttacks:
             if reason is not None:
                 self.skipped[a.name] = reason
             else:
-                chosen.append((a, build(a.name, args)))
-        weights = [sum(attack.cost(e, self.settings.num_classes) for e in a.eps) for a, attack in chosen]
+                chosen.append((a, self._attack(a.name, args)))
+        norm = self.settings.norm
+        weights = [sum(attack.cost(e, self.settings.num_classes, norm) for e in a.eps) for a, attack in chosen]
         done, whole = 0.0, sum(weights) or 1.0
         i = 0
         while i < len(chosen):
@@ -126,7 +133,8 @@ class UnitAttacks:
               quiet: bool) -> None:
         candidates = self.clean_ok
         jobs = [Job(a.name, attack, a.eps, candidates, a.alone,
-                    {e: attack.passes(e, self.settings.num_classes) for e in a.eps}) for a, attack in chosen]
+                    {e: attack.passes(e, self.settings.num_classes, self.settings.norm) for e in a.eps})
+                for a, attack in chosen]
         engine = RowEngine(self.model, self.images, self.labels, range(len(self.clean_ok)), self.grid,
                            replace(self.settings, progress=_sharing(self.settings.progress, share)))
         start = time.perf_counter()

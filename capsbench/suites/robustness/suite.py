@@ -6,7 +6,6 @@ breaks, Wilson intervals on every number, each model's attack budget, and gradie
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -16,11 +15,10 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from capsbench.attacks import CATALOG, WORST_CASE, build, labels, table_order, worst_case_broken
+from capsbench.attacks import CATALOG, WORST_CASE, build, table_order, worst_case_broken
 from capsbench.attacks.base import without_unused_heads
 from capsbench.data import DATASETS, batches
 from capsbench.suites.base import Context, Metric, Suite, test_images
-from capsbench.suites.layout import Column, FlagColumn, Group, Layout, SweepColumns, SweepPlot, TableSpec
 from capsbench.suites.robustness import detection
 from capsbench.suites.robustness.checks import CHECKS, sanity_flags
 from capsbench.suites.robustness.params import EpsGrid, eps_grid
@@ -32,32 +30,12 @@ from capsbench.suites.robustness.phases import (
     follow_bar,
     planned,
 )
+from capsbench.suites.robustness.tables import robustness_layout
 from capsbench.train.evaluation import predict
 from capsbench.util.progress import Progress
 from capsbench.util.stats import accuracy_fields
 from capsbench.util.style import STYLE
 
-FLAG_SYMBOLS = {"eps0_equals_clean": "0", "pgd_not_weaker_than_fgsm": "F", "monotone_in_eps": "M",
-                "blackbox_not_stronger": "B", "near_zero_at_max_eps": "Z", "adaptive_stronger": "A"}
-class _Declared(Sequence, Mapping):
-    """The attacks' declared table order (as a sequence) and labels (as a mapping), read from the catalog whenever
-    a table is drawn, so that an attack registered after this module was imported is placed and named too."""
-
-    def __getitem__(self, key: Any) -> Any:
-        return table_order()[key] if isinstance(key, (int, slice)) else labels()[key]
-
-    def __len__(self) -> int:
-        return len(table_order())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(table_order())
-
-    def __contains__(self, key: object) -> bool:
-        return key in labels()
-
-
-ATTACKS_SHOWN = Group("attack", _Declared(), _Declared())  # type: ignore[arg-type]
-EPS_COLUMNS = SweepColumns("robust_accuracy", "eps", "robust accuracy ({unit}) at eps", drop=(0.0,))  # eps 0 = clean
 EXAMPLES_BY = "apgd"  # the attack whose adversarial examples the figure shows
 EVAL_BATCH = 500  # images per forward pass of the clean predictions, unless params.batch_size says otherwise
 
@@ -71,6 +49,7 @@ class RobustnessSuite(Suite):
     union over all attacks and smaller eps. Every model gets the same attacks; one that does not apply to a model
     (the capsule-adaptive ones on a CNN) is skipped with its reason, and the notes state each model's budget."""
 
+    NORM = "linf"  # the threat model: eps-boxes in L-inf (RobustnessL2Suite: balls in L2)
     description = (
         "robust accuracy under L-inf attacks reported alone (params.attacks), an ensemble on what they leave "
         "(params.ensemble), the per-image worst case, each model's budget, masking checks"
@@ -124,60 +103,7 @@ class RobustnessSuite(Suite):
     )
     sweep_columns = ("attack", "eps", "check")
     detail_columns = ("reason",)
-    layout = Layout(
-        tables=(
-            TableSpec(
-                "worst_case",
-                "Robust accuracy under the per-image worst case over all attacks (L-inf)",
-                (
-                    Column("clean_accuracy", "clean"),
-                    replace(EPS_COLUMNS, where={"attack": WORST_CASE}),
-                    FlagColumn("sanity_flag", "check", FLAG_SYMBOLS, CHECKS),
-                ),
-            ),
-            TableSpec(
-                "attacks",
-                "Robust accuracy per attack (L-inf)",
-                (replace(EPS_COLUMNS, compare=False),),  # no attack alone is the worst case: nothing bold here
-                blocks=ATTACKS_SHOWN,
-                drop={"attack": (WORST_CASE,)},
-            ),
-            TableSpec(
-                "ensemble",
-                "Test images each ensemble attack broke that every attack before it left robust (L-inf)",
-                (SweepColumns("marginal_breaks", "eps", "newly broken ({unit}) at eps", drop=(0.0,), compare=False),),
-                blocks=ATTACKS_SHOWN,
-            ),
-            TableSpec(
-                "detection",
-                "Correct or flagged by the reconstruction detector under attack (L-inf)",
-                (
-                    Column("detection_false_positive_rate", "clean flagged"),
-                    SweepColumns("correct_or_detected", "eps", "correct or detected ({unit}) at eps"),
-                ),
-                blocks=ATTACKS_SHOWN,
-            ),
-        ),
-        figures=(
-            SweepPlot(
-                "worst_case_vs_eps",
-                ("robust_accuracy",),
-                "eps",
-                keep={"attack": (WORST_CASE,)},
-                xlabel="eps (L-inf, pixels in [0, 1])",
-                ylabels=("worst-case robust accuracy (%)",),
-            ),
-            SweepPlot(
-                "robust_accuracy_vs_eps",
-                ("robust_accuracy",),
-                "eps",
-                facet=ATTACKS_SHOWN,
-                drop={"attack": ("square",)},
-                xlabel="eps",
-                ylabels=("robust accuracy (%)",),
-            ),
-        ),
-    )
+    layout = robustness_layout("L-inf")
 
     def prepare(self, cfg: Any, splits: Any) -> EpsGrid:
         """The dataset's eps grid, worked out once for every model and seed of the run (ctx.resources)."""
@@ -187,7 +113,8 @@ class RobustnessSuite(Suite):
         """Image passes of every attack at most (early exit and the ensemble's skips stop sooner): each attack's
         declared cost per image at each of its eps, and the clean pass."""
         grid = eps_grid(cfg.params, cfg.dataset)
-        return test_images(cfg) * (1 + attack_passes(cfg.params, grid, DATASETS.get(cfg.dataset).num_classes))
+        return test_images(cfg) * (1 + attack_passes(cfg.params, grid, DATASETS.get(cfg.dataset).num_classes,
+                                                     self.NORM))
 
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, y = ctx.params, ctx.splits.test_y
@@ -199,7 +126,7 @@ class RobustnessSuite(Suite):
         records: list[dict[str, Any]] = [{"metric": "clean_accuracy", **accuracy_fields(clean_ok)}]
         num_classes = ctx.splits.spec.num_classes
         with Progress(f"attacks {ctx.model_name} s{ctx.seed}", None, unit="row-step", count="row-steps") as bar:
-            settings = replace(engine_settings(p, num_classes, ctx.device, ctx.model, images[:1]),
+            settings = replace(engine_settings(p, num_classes, ctx.device, ctx.model, images[:1], self.NORM),
                                progress=follow_bar(bar))
             run = UnitAttacks(ctx.model, images, labels, clean_ok, grid, settings, dict(p.attack_args),
                               keep={EXAMPLES_BY: np.arange(min(p.examples, len(y)))})
@@ -210,7 +137,7 @@ class RobustnessSuite(Suite):
             order = planned(p, grid, bb, everyone_alone=detector is not None)
             if detector is not None:  # every adversarial image goes to the detector
                 run.keep = {a.name: np.arange(len(y)) for a in order}
-            run.run(order, credit=credit_unit(len(y), attack_passes(p, ctx.resources, num_classes)))
+            run.run(order, credit=credit_unit(len(y), attack_passes(p, ctx.resources, num_classes, self.NORM)))
             if detector is not None:
                 bar.note("detection-aware PGD")
                 detected = detection.detection_records(ctx, run, detector, grid)
@@ -254,7 +181,7 @@ class RobustnessSuite(Suite):
         ] or ([f"sanity checks passed for every model and seed: {', '.join(ran)}"] if ran else [])
         skipped = {(r["model"], r["attack"], r["reason"]) for r in records if r["metric"] == "attack_skipped"}
         lines += [f"{attack} not run on {model}: {reason}" for model, attack, reason in sorted(skipped)]
-        return lines + budget_lines(records, params)
+        return lines + budget_lines(records, params, self.NORM)
 
     def figures(self, ctx: Context) -> dict[str, Figure]:
         """APGD adversarial examples of the first test images at every eps (those measure() kept; APGD run here when
@@ -264,7 +191,7 @@ class RobustnessSuite(Suite):
         images, labels = next(batches(ctx.splits.test_x[:n], ctx.splits.test_y[:n], n, device=ctx.device))
         examples = ctx.kept.get("examples")
         if examples is None:
-            settings = engine_settings(p, ctx.splits.spec.num_classes, ctx.device, ctx.model, images[:1])
+            settings = engine_settings(p, ctx.splits.spec.num_classes, ctx.device, ctx.model, images[:1], self.NORM)
             run = UnitAttacks(ctx.model, images, labels, np.ones(n, dtype=bool), grid, settings, dict(p.attack_args),
                               keep={EXAMPLES_BY: np.arange(n)})
             run.run(planned(SimpleNamespace(attacks=[EXAMPLES_BY], ensemble=[], extra_attacks=[]), grid, None))
@@ -307,7 +234,7 @@ def marginal_records(broken: dict[str, dict[float, np.ndarray]], ensemble: list[
     return out
 
 
-def budget_lines(records: list[dict[str, Any]], params: Any) -> list[str]:
+def budget_lines(records: list[dict[str, Any]], params: Any, norm: str = "linf") -> list[str]:
     """Per (model, dataset): the attacks that ran on it, in the order they ran, each with its budget (steps,
     restarts, targets, queries) under params.attack_args."""
     ran: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -320,14 +247,28 @@ def budget_lines(records: list[dict[str, Any]], params: Any) -> list[str]:
         if dataset not in DATASETS:  # records made by hand (no class count to state the targets by)
             continue
         classes = DATASETS.get(dataset).num_classes
-        got = [f"{a} ({build(a, params.attack_args.get(a)).budget(classes)})"
+        got = [f"{a} ({build(a, params.attack_args.get(a)).for_norm(norm).budget(classes)})"
                for a in sorted(attacks, key=order.index)]
         lines.append(f"budget on {model} / {dataset}: " + "; ".join(got))
     return lines
 
 
-def attack_passes(params: Any, grid: EpsGrid, num_classes: int) -> float:
-    """The declared image passes per test image of every attack of params over its eps values (capsbench.attacks'
-    declared cost per row)."""
-    return float(sum(build(a.name, params.attack_args.get(a.name)).cost(e, num_classes)
+def attack_passes(params: Any, grid: EpsGrid, num_classes: int, norm: str = "linf") -> float:
+    """The declared image passes per test image of every attack of params over its eps values, in threat model
+    `norm` (capsbench.attacks' declared cost per row)."""
+    return float(sum(build(a.name, params.attack_args.get(a.name)).for_norm(norm).cost(e, num_classes, norm)
                      for a in planned(params, grid.eps, grid.blackbox) for e in a.eps))
+
+
+class RobustnessL2Suite(RobustnessSuite):
+    """The same attacks, worst case, ensemble and checks in L2: each attack's L2 form (FGM, PGD and APGD along the
+    normalised gradient, projected onto the L2 ball and [0, 1]; Square as torchattacks has it in L2), on an L2 grid
+    per dataset (suites/robustness_l2.yaml), in tables of their own."""
+
+    NORM = "l2"
+    description = (
+        "robust accuracy under L2 attacks reported alone (params.attacks), an ensemble on what they leave "
+        "(params.ensemble), the per-image worst case, each model's budget, masking checks"
+    )
+    layout = robustness_layout("L2")
+
