@@ -44,6 +44,11 @@ class AttackEntry:
         return bool(class_literal(self.target, "DEFENDED", False))
 
     @functools.cached_property
+    def minimal(self) -> bool:
+        """Whether it is a minimum-norm attack (params.minimal), not one at a fixed eps."""
+        return bool(class_literal(self.target, "MINIMAL", False))
+
+    @functools.cached_property
     def label(self) -> str:
         return str(class_literal(self.target, "LABEL"))
 
@@ -72,6 +77,8 @@ for _name, _target in {
     "square": "capsbench.attacks.square:Square",
     "autoattack": "capsbench.attacks.autoattack:AutoAttack",
     "pgd_detect_aware": "capsbench.attacks.pgd_detect_aware:DetectionAwarePGD",
+    "fmn": "capsbench.attacks.fmn:FMN",
+    "fab": "capsbench.attacks.fab:FAB",
 }.items():
     CATALOG.register(_name)(AttackEntry(_target))
 

@@ -139,6 +139,19 @@ class QueryAttack(Attack):
         raise NotImplementedError
 
 
+class MinimalAttack(Attack):
+    """A minimum-norm attack: for each image the smallest perturbation it finds that flips the model's decision, in
+    a threat model (L-inf or L2 on [0, 1] pixels), rather than whether one of radius eps exists."""
+
+    MINIMAL: ClassVar[bool] = True
+
+    def distances(self, model: Classifier, images: torch.Tensor, labels: torch.Tensor,
+                  settings: EngineSettings) -> torch.Tensor:
+        """(N,) the norm (settings.norm) of the perturbation found for each image, classified correctly clean, on the
+        model's device; inf where none was found. Judged by the model's own decision."""
+        raise NotImplementedError
+
+
 @torch.no_grad()
 def decisions(model: Classifier, images: torch.Tensor) -> torch.Tensor:
     """The classifier's decision (B,): argmax of its class scores, the quantity every attack must flip."""

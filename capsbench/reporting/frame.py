@@ -15,7 +15,8 @@ UNCERTAINTY_COLUMNS = [
     "ci_low",
     "ci_high",
     "outcomes",
-]  # accuracy records: images, 95 % Wilson interval, per image
+    "per_image",
+]  # accuracy records: images, 95 % Wilson interval, per image; distances: per-image values and the median's interval
 UNDERTRAINED = "undertrained"  # True on every record of a model whose validation accuracy stayed below the floor
 TRAINING = "training"  # "pgd", "affine", ... on every record of a model trained so (capsbench.run.plan.training_column)
 WEIGHTS = "weights_sha256"  # on every record of a model measured with weights trained elsewhere (training=external)

@@ -1,7 +1,8 @@
 """Which model, if any, is "best" in a table column: the leader only when it beats the runner-up under the seed rule,
 the one rule for "better" in tables, claims and words: a strict lead in every training seed (a tie is no lead), a
 t-test on the per-seed differences (their spread floored at one image in n) gives p < 0.05 and, where both were
-measured on the same images, the clustered McNemar test on the per-image outcomes (each distinct image once) too. One
+measured on the same images, the clustered McNemar test on the per-image outcomes (each distinct image once; for a
+per-image value such as a distance, the signed-rank test on each image's mean over the seeds) too. One
 seed compares trained instances (these weights on these images), not architectures: nothing is best. Exact counts
 (parameters, MACs) have no noise: a strict lead is enough."""
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capsbench.util.image_tests import clustered_mcnemar_p, image_differences
+from capsbench.util.image_tests import clustered_mcnemar_p, image_differences, signed_rank_p
 from capsbench.util.seed_tests import seed_differences_p, welch_p
 from capsbench.util.stats import ALPHA
 
@@ -22,6 +23,7 @@ class Cell:
 
     values: dict[int, float] = field(default_factory=dict)
     outcomes: dict[int, np.ndarray] = field(default_factory=dict)
+    per_image: dict[int, np.ndarray] = field(default_factory=dict)  # a continuous per-image value (a distance)
 
     @property
     def mean(self) -> float:
@@ -68,4 +70,6 @@ def best_row(cells: dict[str, Cell], *, higher_is_better: bool, exact: bool = Fa
     if all(s in a.outcomes and s in b.outcomes for s in common) and step:
         p = max(p, clustered_mcnemar_p(image_differences([a.outcomes[s] for s in common],
                                                          [b.outcomes[s] for s in common])))
+    elif all(s in a.per_image and s in b.per_image and len(a.per_image[s]) == len(b.per_image[s]) for s in common):
+        p = max(p, signed_rank_p([a.per_image[s] for s in common], [b.per_image[s] for s in common]))
     return Verdict(best if p < ALPHA else None, runner, p, "seeds")

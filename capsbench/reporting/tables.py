@@ -24,7 +24,7 @@ from capsbench.reporting.model import Flags, Header, Measured, Table, split_part
 from capsbench.reporting.published import PublishedIndex
 from capsbench.reporting.significance import Cell, best_row
 from capsbench.suites.layout import FlagColumn, Layout, SweepColumns, TableSpec
-from capsbench.util.stats import decode_outcomes
+from capsbench.util.stats import decode_outcomes, decode_values
 
 UNDERTRAINED_MARK = "†"
 RowKey = tuple[str, ...]  # (block, row model, dataset, *row sweeps) as text; block "" without blocks
@@ -351,6 +351,8 @@ def _significance_cell(rows: list[Any]) -> Cell:
         cell.values[int(r.seed)] = float(r.value)
         if _has(r, "outcomes") and isinstance(r.outcomes, str):
             cell.outcomes[int(r.seed)] = decode_outcomes(r.outcomes, int(float(r.n)))
+        if _has(r, "per_image") and isinstance(r.per_image, str):
+            cell.per_image[int(r.seed)] = decode_values(r.per_image, int(float(r.n)))
     return cell
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 from capsbench.errors import CapsbenchError
 from capsbench.tracking.relocation import run_artifacts
 from capsbench.tracking.store import check_store, folders_from_paths, mlflow_client, store_faults
-from capsbench.util.stats import decode_outcomes
+from capsbench.util.stats import decode_outcomes, decode_values
 from capsbench.util.uris import sqlite_path
 
 REQUIRED_COLUMNS = ("suite", "model", "dataset", "seed", "metric", "value")
@@ -188,16 +188,17 @@ def _download(uri: str, run_id: str, artifact_path: str, dst: str) -> Path:
 
 
 def _check_records(frame: pd.DataFrame) -> None:
-    """The columns every record has, numeric values, and per-image outcomes that decode to n images."""
+    """The columns every record has, numeric values, and per-image outcomes (and values) that decode to n images."""
     absent = [c for c in REQUIRED_COLUMNS if c not in frame]
     if absent:
         raise ValueError(f"no column {', '.join(absent)}")
     if frame["value"].isna().any() or not pd.api.types.is_numeric_dtype(frame["value"]):
         raise ValueError("a record without a numeric value")
-    if "outcomes" in frame:
-        for text, n in zip(frame["outcomes"], frame.get("n", pd.Series(index=frame.index, dtype=float))):
-            if isinstance(text, str):
-                decode_outcomes(text, int(float(n)))
+    for column, decode in (("outcomes", decode_outcomes), ("per_image", decode_values)):
+        if column in frame:
+            for text, n in zip(frame[column], frame.get("n", pd.Series(index=frame.index, dtype=float))):
+                if isinstance(text, str):
+                    decode(text, int(float(n)))
 
 
 def _first_line(exc: BaseException) -> str:

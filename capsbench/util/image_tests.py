@@ -75,3 +75,19 @@ def tango_p(k: np.ndarray, seeds: int, bound: float, above: bool) -> float:
         return 1.0
     z = ((b - c) / n - bound) / math.sqrt(variance)
     return float(sps.norm.sf(z) if above else sps.norm.cdf(z))
+
+
+def signed_rank_p(values_a: Sequence[np.ndarray], values_b: Sequence[np.ndarray]) -> float:
+    """Two-sided Wilcoxon signed-rank test on per-image values of A and B (e.g. each image's smallest adversarial
+    perturbation), each distinct image once: its value averaged over the seeds first. Infinite values (no perturbation
+    found within the largest radius tried) rank above every finite one; zero differences are dropped (Wilcoxon's
+    treatment); 1.0 where nothing differs."""
+    if len(values_a) != len(values_b) or not values_a:
+        raise ValueError("paired values need the same seeds on both sides, at least one")
+    a, b = (np.mean(np.stack([np.asarray(v, dtype=float) for v in vs]), axis=0) for vs in (values_a, values_b))
+    finite = np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)], [0.0]])
+    cap = 2.0 * float(np.abs(finite).max()) + 1.0  # above every finite value: the ranks are what counts
+    diff = np.where(np.isfinite(a), a, cap) - np.where(np.isfinite(b), b, cap)
+    if not np.any(diff != 0):
+        return 1.0
+    return float(sps.wilcoxon(diff[diff != 0]).pvalue)

@@ -77,3 +77,41 @@ def error_fields(correct: np.ndarray) -> dict[str, float | int | str]:
     """The same columns for the error rate (100 - accuracy); outcomes stay per-item correctness."""
     acc = accuracy_fields(correct)
     return {**acc, "value": 100.0 - acc["value"], "ci_low": 100.0 - acc["ci_high"], "ci_high": 100.0 - acc["ci_low"]}
+
+
+def encode_values(values: np.ndarray) -> str:
+    """Per-item numbers (float32; inf allowed) as URL-safe base64 of their bytes, little-endian."""
+    return base64.urlsafe_b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_values(text: str, n: int) -> np.ndarray:
+    """The inverse of encode_values for n items."""
+    raw = np.frombuffer(base64.urlsafe_b64decode(text.encode("ascii")), dtype="<f4")
+    if len(raw) != n:
+        raise ValueError(f"values hold {len(raw)} numbers, not n={n}")
+    return raw.astype(float)
+
+
+def median_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of `values` (inf allowed): the order statistics
+    x(k), x(n-k+1) with k the largest index whose binomial(n, 1/2) tail stays within (1 - confidence) / 2 (Conover,
+    "Practical Nonparametric Statistics", sec. 3.2)."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    if n == 0:
+        raise ValueError("the median of no values has no interval")
+    k = int(sps.binom.ppf((1 - confidence) / 2, n, 0.5))  # P(B <= k - 1) <= alpha / 2
+    while k > 0 and sps.binom.cdf(k - 1, n, 0.5) > (1 - confidence) / 2:
+        k -= 1
+    if k == 0:
+        return float(x[0]), float(x[-1])
+    return float(x[k - 1]), float(x[n - k])
+
+
+def distance_fields(distances: np.ndarray) -> dict[str, float | int | str]:
+    """The record columns of a per-image distance: the median (value), n, its distribution-free 95 % interval and the
+    per-image distances themselves (`per_image`, for paired tests across models)."""
+    d = np.asarray(distances, dtype=float)
+    low, high = median_interval(d)
+    return {"value": float(np.median(d)), "n": len(d), "ci_low": low, "ci_high": high, "per_image": encode_values(d)}
+

@@ -22,6 +22,8 @@ CHECKS = {
     "near_zero_at_max_eps": "the strongest white-box attack reaches near-zero accuracy at the largest eps",
     "adaptive_stronger": "the capsule-adaptive attacks break no significant number of images the attacks before them "
     "leave (reported alone: PGD, else APGD, not significantly weaker than them; McNemar, p < 0.05)",
+    "minimal_within_bound": "the minimum-norm attacks find, on every image the fixed-eps attacks broke at eps, a "
+    "perturbation of at most eps (within 2 %)",
 }
 
 
@@ -117,6 +119,12 @@ def sanity_flags(records: list[dict[str, Any]], *, near_zero: float) -> list[Fla
                 else [],
             )
         )
+    weak = [r for r in records if r["metric"] == "minimal_too_weak"]
+    if weak:
+        count = int(float(weak[0]["value"]))
+        flags.append(_flag("minimal_within_bound", [
+            f"the minimum-norm attacks found nothing within the fixed-eps bound on {count} image(s): their distances "
+            "take the bound there"] if count else []))
     base = next((a for a in ("pgd", "apgd") if a in rows), None)
     if base is not None and set(ADAPTIVE) & set(rows):
         flags.append(_flag("adaptive_stronger", _adaptive_problems(rows, base)))

@@ -32,6 +32,8 @@ class RobustnessParams:
     # then in turn, each on the images every attack before it left robust (at this and every smaller eps)
     ensemble: list[str] = field(default_factory=lambda: ["apgd_targeted", "pgd_adaptive", "vote", "square"])
     extra_attacks: list[str] = field(default_factory=list)  # after the ensemble, the same way (e.g. autoattack)
+    minimal: list[str] = field(default_factory=list)  # minimum-norm attacks (fmn, fab): each image's smallest
+    # perturbation, bounded by the fixed-eps attacks
     attack_args: dict[str, Any] = field(default_factory=dict)  # attack -> its settings (capsbench.attacks: each
     # attack's constructor arguments and their ranges), e.g. attack_args.apgd.steps=25
     attack_precision: str = "fp32"  # bf16: gradient attacks under bf16 autocast, breaks confirmed in fp32 (opt-in)
@@ -68,7 +70,15 @@ class RobustnessParams:
             for a in p[key]:
                 if a not in CATALOG:
                     raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, CATALOG.names())}")
+        for a in p.minimal:
+            if a not in CATALOG or not CATALOG.get(a).minimal:
+                known = [n for n in CATALOG.names() if CATALOG.get(n).minimal]
+                raise CapsbenchError(f"params.minimal names minimum-norm attacks ({', '.join(known)}), got {a!r}")
         named = [a for key in lists for a in p[key]]
+        fixed = [a for a in named if CATALOG.get(a).minimal]
+        if fixed:
+            raise CapsbenchError(f"{fixed[0]} is a minimum-norm attack: list it in params.minimal, not with the "
+                                 "attacks at fixed eps")
         if len(set(named)) < len(named):
             twice = next(a for a in named if named.count(a) > 1)
             raise CapsbenchError(f"attack {twice!r} is named twice in params.attacks, ensemble and extra_attacks; "

@@ -92,6 +92,15 @@ class UnitAttacks:
         with contextlib.nullcontext() if defended else without_unused_heads(self.model):
             return self._attack(name, args).applies_to(self.model, self.images[:1])
 
+    def minimal(self, name: str, index: torch.Tensor) -> torch.Tensor:
+        """Minimum-norm attack `name` on the images at `index` (a device tensor): their distances (inf: none found)."""
+        start = time.perf_counter()
+        with without_unused_heads(self.model):
+            found = self._attack(name, None).distances(self.model, self.images[index], self.labels[index],
+                                                       self.settings)
+        self.seconds[name] = time.perf_counter() - start
+        return found
+
     def _attack(self, name: str, args: dict[str, Any] | None) -> Any:
         """Attack `name` with these settings (else the unit's), in the unit's threat model."""
         return build(name, args if args is not None else self.args.get(name)).for_norm(self.settings.norm)

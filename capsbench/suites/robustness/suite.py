@@ -21,6 +21,7 @@ from capsbench.data import DATASETS, batches
 from capsbench.suites.base import Context, Metric, Suite, test_images
 from capsbench.suites.robustness import detection
 from capsbench.suites.robustness.checks import CHECKS, sanity_flags
+from capsbench.suites.robustness.minimal import minimal_records
 from capsbench.suites.robustness.params import EpsGrid, eps_grid
 from capsbench.suites.robustness.phases import (
     UnitAttacks,
@@ -71,6 +72,16 @@ class RobustnessSuite(Suite):
             "1: the attack in column `attack` does not apply to this model (see `reason`)",
         ),
         Metric("sanity_flags", "count", None, "gradient-masking checks that fired for this (model, seed)"),
+        Metric("minimal_distance", "eps", True, "each image's smallest adversarial perturbation (params.minimal): the "
+               "median over the test images (clean mistakes 0; inf where nothing was found) with its distribution-free "
+               "95 % interval; `attack`: the per-image minimum over the minimum-norm attacks and the fixed-eps bound "
+               "(worst_case), or one attack's own"),
+        Metric("minimal_accuracy", "%", True, "share of test images whose smallest perturbation exceeds eps: the "
+               "robustness curve, at every radius up to the grid's largest"),
+        Metric("minimal_found", "%", None, "share of test images whose smallest perturbation the attack in column "
+               "`attack` found (fixed_eps: the fixed-eps attacks' bound was smaller than every minimum-norm attack's)"),
+        Metric("minimal_too_weak", "count", None, "images the fixed-eps attacks broke at an eps below which no "
+                                                   "minimum-norm attack found a perturbation (beyond 2 %)"),
         Metric("sanity_flag", "fired", None, "1 if the check in column `check` fired, else 0"),
         Metric("attack_throughput", "images/s", True, "images x eps attacked per second, over the eps > 0 runs, per "
                "phase (the row engine's pool of row attacks, or a query attack)"),
@@ -152,6 +163,8 @@ class RobustnessSuite(Suite):
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [{"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps,
                      **accuracy_fields(clean_ok & ~worst[eps])} for eps in grid]
+        if p.minimal:
+            records += minimal_records(run, list(p.minimal), worst, grid)
         if detector is not None:
             records += detected
         records += [{"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
@@ -256,8 +269,9 @@ def budget_lines(records: list[dict[str, Any]], params: Any, norm: str = "linf")
 def attack_passes(params: Any, grid: EpsGrid, num_classes: int, norm: str = "linf") -> float:
     """The declared image passes per test image of every attack of params over its eps values, in threat model
     `norm` (capsbench.attacks' declared cost per row)."""
-    return float(sum(build(a.name, params.attack_args.get(a.name)).for_norm(norm).cost(e, num_classes, norm)
-                     for a in planned(params, grid.eps, grid.blackbox) for e in a.eps))
+    fixed = sum(build(a.name, params.attack_args.get(a.name)).for_norm(norm).cost(e, num_classes, norm)
+                for a in planned(params, grid.eps, grid.blackbox) for e in a.eps)
+    return float(fixed + sum(build(a, params.attack_args.get(a)).cost(0.0, num_classes, norm) for a in params.minimal))
 
 
 class RobustnessL2Suite(RobustnessSuite):
