@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import report_fixtures as fixtures
+from suite_cases import CASES
 
 from capsbench.reporting import verdicts
 from capsbench.reporting.claim_files import load_claims
@@ -34,14 +35,6 @@ PACKAGES = "\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\tracinglostchars=2
 ARTICLES = {"one-column": "\\documentclass{article}\n", "two-column": "\\documentclass[twocolumn]{article}\n"}
 PREAMBLE = ARTICLES["one-column"] + PACKAGES
 OVERFULL = re.compile(r"^Overfull \\[hv]box \(([0-9.]+)pt too (?:wide|high)\)", re.MULTILINE)
-HAND = {
-    "accuracy": (fixtures.accuracy, fixtures.accuracy_published),
-    "affine": (fixtures.affine, list),
-    "efficiency": (fixtures.efficiency, fixtures.efficiency_published),
-    "overlap": (fixtures.overlap, fixtures.overlap_published),
-    "robustness": (fixtures.robustness, list),
-    "routing": (fixtures.routing, list),
-}
 
 
 def engine() -> list[str]:
@@ -124,7 +117,7 @@ def test_overflow_is_read_from_the_log_in_pt():
 
 def suite_records(name: str) -> list[tuple[str, list[dict], list[dict]]]:
     """(label, records, published) of the suite: the hand-chosen records and those of a real smoke run."""
-    make, published = HAND[name]
+    make, published = CASES[name]
     smoke = pd.read_csv(SMOKE / f"{name}.csv").to_dict("records")
     return [("hand", make(), published()), ("smoke", smoke, [])]
 
@@ -133,8 +126,8 @@ def notes(name: str, records: list[dict]) -> list[str]:
     return SUITES.get(name)().notes(records, CATALOG.get(name).params())
 
 
-def test_every_suite_has_latex_fixtures():
-    assert set(HAND) == set(SUITES) == {p.stem for p in SMOKE.glob("*.csv")}
+def test_every_case_has_smoke_records_too():
+    assert set(CASES) <= set(SUITES) and set(CASES) == {p.stem for p in SMOKE.glob("*.csv")}
 
 
 # Each layout in the articles it is for: table* floats (table.tex) in a one-column paper and across both columns of a
@@ -143,7 +136,7 @@ LAYOUTS = [("table.tex", "one-column"), ("table.tex", "two-column"), ("table-nar
 
 
 @pytest.mark.parametrize("file,article", LAYOUTS)
-@pytest.mark.parametrize("name", sorted(HAND))
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_latex_tables_of_every_suite_compile_without_overfull_boxes(name, file, article, tmp_path):
     inputs = []
     for label, records, published in suite_records(name):
@@ -221,7 +214,7 @@ def test_latex_report_of_every_suite_compiles_on_its_own(tmp_path):
     root = tmp_path / "report"
     when = datetime(2026, 11, 21, tzinfo=timezone.utc)
     sections = []
-    for name in sorted(HAND):
+    for name in sorted(CASES):
         _, records, published = suite_records(name)[1]
         output = write_suite(root / name, records, SUITES.get(name), published, notes=notes(name, records))
         seeds = {

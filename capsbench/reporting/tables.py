@@ -275,8 +275,10 @@ class _Builder:
                 fired[self.keys.index(key)] = {getattr(r, col.by) for r in rows if float(r.value) == 1.0}
         if not fired:
             return
+        ran = set(records[col.by].dropna())  # the checks the records hold: one that never ran is not listed
         header = Header(f"{col.metric}|flags", col.label, kind="flags",
-                        detail="; ".join(f"{col.symbols[c]} = {c} ({text})" for c, text in col.explain.items()))
+                        detail="; ".join(f"{col.symbols[c]} = {c} ({text})" for c, text in col.explain.items()
+                                         if c in ran))
         self.table.headers.append(header)
         for i, checks in fired.items():
             fired = tuple(c for c in col.explain if c in checks)
@@ -304,8 +306,8 @@ class _Builder:
 
 
 def flags_note(h: Header) -> str:
-    """The legend of a flags column (its detail lists every symbol and check)."""
-    return f"{h.label}: the checks that fired in any seed: {h.detail}; ok = none fired"
+    """The legend of a flags column (its detail lists the symbol of every check the records hold)."""
+    return f"{h.label}: the checks that fired in any seed, of those that ran: {h.detail}; ok = none fired"
 
 
 NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")

@@ -82,6 +82,7 @@ class Suite:
     layout: ClassVar[Layout | None] = None  # tables and figures drawn from the records; None: a column per metric
     Params: ClassVar[type] = NoParams
     needs_training: ClassVar[bool] = True  # False: the unit builds fresh models (seeded) at the budget's sizes
+    test_model: ClassVar[str] = "cnn_9x9"  # a model the registry's tests measure it on at a tiny size
 
     def variants(self, cfg: Any, model_name: str) -> list[Variant]:
         """The variants of a model this suite measures (e.g. routing iterations r = 1..5); default: the model as

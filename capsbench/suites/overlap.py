@@ -18,6 +18,7 @@ from capsbench.util.stats import accuracy_fields, error_fields
 
 
 class OverlapSuite(Suite):
+    test_model = "cnn_multimnist"
     description = "MultiMNIST: two overlapping digits; correct only when the top-2 classes are exactly both digits"
     metrics = (
         Metric(

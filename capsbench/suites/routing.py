@@ -17,6 +17,7 @@ from capsbench.util.precision import autocast, maybe_compile
 
 
 class RoutingSuite(Suite):
+    test_model = "capsnet"
     description = "CapsNet trained at r = 1..5 routing iterations: test accuracy and latency against r"
     sweep_columns = ("r",)
     metrics = (
