@@ -88,13 +88,10 @@ def test_the_plan_has_units_for_every_claim_whose_data_and_budget_it_has(tmp_pat
     claims = load_claims(folder)
     present = {c.id for c in claims  # an efficiency claim reads no data: it is planned whatever its dataset
                if c.suite == "efficiency" or (c.dataset in ("mnist", "fashion_mnist") and "affnist" not in c.data)}
-    paper = {c.id for c in claims if c.id in present and _budget(c) == "paper" and c.suite != "efficiency"}
     assert set(p.lacking) == {c.id for c in claims} - present
-    assert set(p.unplanned) == paper and set(p.units) == present - paper
-    assert "sabour2017-mnist-r3" in paper and "circulated-pgd-adversarial" in paper
+    assert not p.unplanned and set(p.units) == present  # smoke runs every claim's path, at the smoke budget
+    assert {u.config["budget"] for units in p.units.values() for u in units} == {"smoke"}
     assert "mazzia2021-smallnorb-params" in p.units and "hinton2018-smallnorb" in p.lacking
-    assert "budget=paper" in p.unplanned["sabour2017-mnist-r3"].words()
-    assert p.unplanned["sabour2017-mnist-r3"].command.endswith("claims=[sabour2017-mnist-r3]")
     for claim in claims:
         if claim.id in p.units:  # every side's model measured in every default seed, in the claim's suite and dataset
             units = p.units[claim.id]
@@ -107,9 +104,8 @@ def test_the_plan_has_units_for_every_claim_whose_data_and_budget_it_has(tmp_pat
     smallnorb = " ".join(a.line() for a in p.lacking["hinton2018-smallnorb"])
     assert "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat" in smallnorb and "cs.nyu.edu" in smallnorb
     assert "affNIST/test.mat" in " ".join(a.line() for a in p.lacking["sabour2017-affnist"])
-    efficiency = {u.config["budget"] for u in p.units["sabour2017-params"]}  # measured at the sizes it assumes
     detection = {u.config["params"]["detection_fpr"] for u in p.units["qin2020-reconstructive-attack"]}
-    assert efficiency == {"paper"} and detection == {0.05}
+    assert detection == {0.05}
     vote = p.units["gu2021-vote-mnist"]
     assert {u.config["train"].get("target_val_accuracy") for u in vote} == {None}  # the budget's own training
     grid = {tuple(u.config["params"]["eps"]["mnist"]) for u in vote}
@@ -135,7 +131,7 @@ def test_units_share_keys_with_ordinary_runs(tmp_path: Path):
 def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, monkeypatch):
     """smallNORB is absent: its claim is listed with the files and where to get them, with no unit; the MNIST claim's
     units run (on synthetic images here) and it is judged, at smoke "protocol not met", never a verdict; a claim whose
-    protocol assumes the paper budget is listed with what it would cost, and not measured."""
+    protocol assumes the paper budget runs its path at smoke too, and is judged the same way."""
     monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
     out = tmp_path / "out"
     command = ["budget=smoke", f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={out}", "device=cpu",
@@ -147,8 +143,7 @@ def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, mon
     by_id = {j.claim.id: j for j in result.finished.detail}
     mnist, norb, paper = by_id["gu2021-vote-mnist"], by_id["hinton2018-smallnorb"], by_id["sabour2017-mnist-r3"]
     assert mnist.verdict == "protocol not met" and mnist.seeds == 2 and "budget=smoke" in mnist.reason
-    assert paper.verdict == "protocol not met" and "not measured: its protocol assumes budget=paper" in paper.reason
-    assert paper.needs == "capsbench run suite=claims budget=paper device=cuda claims=[sabour2017-mnist-r3]"
+    assert paper.verdict == "protocol not met" and "budget=smoke" in paper.reason
     assert norb.verdict == "no records" and "smallnorb-5x01235x9x18x6x2x96x96-testing-cat.mat" in norb.reason
     assert norb.needs == "the data files: smallnorb"
     table = (out / "claims" / "claims.md").read_text()
@@ -199,12 +194,20 @@ def test_offline_claims_run_with_data_to_download_stops_before_anything_is_writt
     answer from its download host is one line and exit 2, before a file, run or download exists."""
     monkeypatch.setattr(preflight, "reachable", lambda host, port, timeout=3.0: "no answer within 3 s")
     root = fake_root(tmp_path, "mnist")
-    result = CliRunner().invoke(app, _claims_cli(tmp_path, f"data.root={root}", "data.download=true"))
+    quick = [a.replace("budget=smoke", "budget=quick") for a in _claims_cli(tmp_path, f"data.root={root}",
+                                                                          "data.download=true")]
+    result = CliRunner().invoke(app, quick)  # quick: smoke reads only data already here
     errors = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2, result.output
     assert len(errors) == 1 and errors[0].startswith("error: ") and "cannot be reached" in errors[0], result.output
     assert "fashion_mnist" in errors[0] and "claims section robustness-fashion_mnist-1" in errors[0]
     assert not (tmp_path / "out").exists() and not (root / "FashionMNIST").exists()
+
+
+def test_a_smoke_claims_run_lists_data_it_would_download_as_absent(tmp_path: Path):
+    root = fake_root(tmp_path, "mnist")
+    p = plan_claims(parse_command_line(_claims_cli(tmp_path, f"data.root={root}", "data.download=true")[2:]))
+    assert "fixture-fashion-fgsm" in p.lacking and not p.downloads
 
 
 def test_a_unit_failing_inside_a_claims_run_exits_3_with_the_claims_table(tmp_path: Path, monkeypatch):
@@ -251,10 +254,10 @@ def test_a_paper_budget_claim_of_a_suite_that_trains_nothing_is_judged_at_paper_
     assert (judged.verdict, judged.budget, judged.seeds) == ("reproduced", "paper", 0), judged.reason
 
 
-def test_a_smoke_claims_plan_trains_the_smoke_budget_and_downloads_only_for_planned_claims(tmp_path: Path):
+def test_a_smoke_claims_plan_trains_the_smoke_budget_and_downloads_nothing(tmp_path: Path):
     """At smoke nothing is judged, so no claim's training target applies (smoke models never reach 99.4 % and trained
-    to the 20-epoch cap); and the data listed for download are the planned claims' only (not CIFAR-10 for claims that
-    a budget check leaves out)."""
+    to the 20-epoch cap); and it reads only the data already here: a claim whose data torchvision would download is
+    listed as lacking them."""
     root = fake_root(tmp_path, "mnist")
     common = ["budget=smoke", f"data.root={root}", "data.download=true", f"output_dir={tmp_path / 'out'}", "device=cpu"]
     folder = tmp_path / "baselines"
@@ -267,4 +270,4 @@ def test_a_smoke_claims_plan_trains_the_smoke_budget_and_downloads_only_for_plan
     targeted = plan_claims(parse_command_line([*common, f"baselines_dir={folder}"]))
     assert {u.config["train"].get("target_val_accuracy") for u in targeted.units["t-1"]} == {None}
     p = plan_claims(parse_command_line(common))
-    assert p.downloads and all(cid in p.units for cid in p.downloads)
+    assert not p.downloads and any(c.startswith("circulated-cifar10") for c in p.lacking)

@@ -6,6 +6,7 @@ Torch-free: every check runs before a heavy library loads; only device=auto/cuda
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import field
 from pathlib import Path
@@ -187,6 +188,21 @@ def _resolve_defaults(cfg: DictConfig) -> str | None:
     if cfg.tracking.uri is None:
         cfg.tracking.uri = os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(out / "mlflow.db")
     return explicit
+
+
+@functools.cache
+def shipped_defaults(suite: str, budget: str) -> DictConfig:
+    """What capsbench ships for `suite` at `budget` (the schema's defaults < the budget's YAML < the suite's, its
+    budget's block), before any user setting; read-only, unvalidated."""
+    root = shipped_dir()
+    cfg = _merge(_schema(CATALOG.get(suite).params), _read_yaml(root / "suites" / "budgets" / f"{budget}.yaml"),
+                 f"budget {budget!r}")
+    suite_yaml = _read_yaml(root / "suites" / f"{suite}.yaml")
+    per_budget = suite_yaml.pop("budgets", {}) or {}
+    cfg = _merge(_merge(cfg, suite_yaml, f"suites/{suite}.yaml"), per_budget.get(budget, {}) or {},
+                 f"suites/{suite}.yaml budgets.{budget}")
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
 
 
 def _resolve_device(cfg: DictConfig) -> None:

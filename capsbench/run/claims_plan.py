@@ -16,7 +16,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from capsbench.attacks import CATALOG as ATTACK_CATALOG
-from capsbench.config.compose import compose
+from capsbench.attacks import WORST_CASE
+from capsbench.config.compose import compose, shipped_defaults
 from capsbench.config.request import Request, nest
 from capsbench.data import DATASETS
 from capsbench.data.files import DATA_FILES
@@ -44,8 +45,8 @@ DATA_ROOT = "<data.root>"  # stands for the data folder in the lines the claims 
 @dataclass
 class ClaimSection:
     """One suite config serving some claims: its suite, dataset, budget and run settings, the test images, eps values
-    and attacks its claims read (a claim shares a section only with claims that read the same: what enters a claim's
-    worst case never depends on the claims planned beside it), and each model once."""
+    and attacks alone its claims need (a claim shares a section only with claims that need the same: what enters a
+    claim's worst case never depends on the claims planned beside it), and each model once."""
 
     suite: str
     dataset: str
@@ -304,10 +305,8 @@ def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig, bud
     placed: dict[tuple[str, str], int] = {}
     for claim in claims:
         need = needs[claim.id]
-        reads = sorted({a for a in ({**claim.sweep, **s.sweep}.get("attack") for s in (claim.better, claim.worse))
-                        if a})
-        identity = (claim.suite, claim.dataset, budget or need.budget or base.budget, _canonical(claim.run),
-                    need.images, tuple(sorted(need.eps)), tuple(reads))
+        at = budget or need.budget or base.budget
+        identity = (claim.suite, claim.dataset, at, _canonical(claim.run), *_measured(claim, need, at))
         for name in ("better", "worse"):
             side: Side = getattr(claim, name)
             wants = _side_needs(side, need, base)
@@ -320,6 +319,18 @@ def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig, bud
             sections[home].models[side.model] = wants
             placed[(claim.id, name)] = home
     return sections, placed
+
+
+def _measured(claim: Claim, need: Need, budget: str) -> tuple[int | None, tuple[float, ...], tuple[str, ...]]:
+    """What a claim's section measures, fixed by the claim alone: its test images (the power calculation's, never
+    fewer than the budget measures anyway: None), its eps and the attacks it reads that the budget does not report
+    alone already."""
+    shipped = shipped_defaults(claim.suite, budget)
+    default = shipped.data.test_subset
+    images = need.images if need.images and (default is None or need.images > default) else None
+    alone = set(shipped.params.get("attacks", ())) if "params" in shipped and shipped.params else set()
+    reads = {a for a in ({**claim.sweep, **s.sweep}.get("attack") for s in (claim.better, claim.worse)) if a}
+    return images, tuple(sorted(need.eps)), tuple(sorted(reads - alone - {WORST_CASE}))
 
 
 def _own_params(suite: str, params: dict[str, Any]) -> dict[str, Any]:
