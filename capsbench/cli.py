@@ -262,12 +262,21 @@ def _run_json(cfg: Any, result: Any) -> dict[str, Any]:
         "records": len(result.records),
         "headline": result.headline,  # model -> the first table's numbers (mean over seeds), named as in MLflow
         "values": result.values,  # the same numbers per model, seed and sweep value, with n and 95 % interval
+        "test_images": _draws(result.records),  # which test images, when fewer than all: the draw that chose them
+        "model_cards": [str(p) for name, p in result.paths.items() if name.startswith("model-cards/")],
         "files": {name: str(path) for name, path in result.paths.items()},
         "latest": None if result.latest is None else str(result.latest),
         "mlflow": {"run_id": result.parent_run_id, "tracking_uri": cfg.tracking.uri,
                    "experiment_id": result.experiment_id},
         "missing": [{"unit": r.spec.name, "error": r.error} for r in result.missing],
     }
+
+
+def _draws(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The test draws the records name (capsbench.data.test_subset), each once; [] for the whole test split."""
+    columns = ("test_draw", "test_subset_seed", "test_subset_sha256")
+    found = {tuple(r.get(c) for c in columns) for r in records if r.get("test_draw")}
+    return [dict(zip(columns, d)) for d in sorted(found, key=str)]
 
 
 def _where(cfg: Any, result: Any) -> str:

@@ -38,7 +38,7 @@ from capsbench.run.plan import Finished, Plan, Section, suite_plan
 from capsbench.run.store import UnitStore
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES
-from capsbench.tracking import Tracker, environment_tags, flatten
+from capsbench.tracking import Tracker, environment_tags, flatten, git_state
 from capsbench.util.atomic import atomic_file, write_text
 from capsbench.util.folders import new_run_folder, publish_latest, run_stamp
 from capsbench.util.hashing import package_hash
@@ -308,11 +308,28 @@ def _finish(section: Section, done: dict[str, UnitResult], tracker: Tracker, par
         if sha := result.params.get("weights.tensors_sha256"):
             weights[result.spec.model][result.spec.seed] = sha
     cards = write_model_cards(out_dir / "model-cards", records, suite_cls, budget=cfg.budget, code_hash=package_hash(),
-                              weights=weights)
+                              weights=weights, runs=card_runs(finished, cfg, suite_cls))
     paths.update({f"model-cards/{p.name}": p for p in cards})
     tracker.finish_parent(parent_id, headline_metrics(records, suite_cls), [*paths.values(), *figures], failed=failed)
     return SuiteResult(cfg.suite, records, paths, paths["table.md"].read_text(), parent_id, missing, section.key, cfg,
                        output, headline=headline(records, suite_cls), values=headline_values(records, suite_cls))
+
+
+def card_runs(finished: list[UnitResult], cfg: DictConfig, suite_cls: Any) -> dict[str, dict[str, Any]]:
+    """Per model what its card says beside its records: its arguments, the checkpoint of each seed, the device and
+    threads, the commit, and the suite's own details (the threat model, each attack's budget)."""
+    commit, dirty = git_state()
+    out: dict[str, dict[str, Any]] = {}
+    for result in finished:
+        card = out.setdefault(result.spec.model, {
+            "model_args": {k.removeprefix("model_args."): v for k, v in result.params.items()
+                           if k.startswith("model_args.")},
+            "checkpoints": {}, "device": f"{cfg.device}, {cfg.threads} threads" if cfg.device == "cpu" else cfg.device,
+            "commit": commit + (" (uncommitted changes)" if dirty else ""),
+            **suite_cls().card_details(cfg.params, cfg.dataset)})
+        if key := result.params.get("checkpoint.key"):
+            card["checkpoints"][str(result.spec.seed)] = key
+    return out
 
 
 def _copied(path: Path, folder: Path) -> Path:

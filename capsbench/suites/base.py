@@ -110,6 +110,11 @@ class Suite:
         """Per-model figures that records cannot express (e.g. example images); written by the driver."""
         return {}
 
+    def card_details(self, params: Any, dataset: str) -> dict[str, Any]:
+        """What a model card should say of this suite's settings beyond the records (e.g. the threat model and each
+        attack's budget); default: nothing."""
+        return {}
+
     def notes(self, records: list[dict[str, Any]], params: Any) -> list[str]:
         """Footnotes printed under the tables (e.g. sanity checks that fired), from all records of the run."""
         return []

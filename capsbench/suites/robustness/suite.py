@@ -37,6 +37,8 @@ from capsbench.util.progress import Progress
 from capsbench.util.stats import accuracy_fields
 from capsbench.util.style import STYLE
 
+THREAT = {"linf": "L-inf on [0, 1] pixels (normalisation inside the model)",
+          "l2": "L2 on [0, 1] pixels (normalisation inside the model)"}
 EXAMPLES_BY = "apgd"  # the attack whose adversarial examples the figure shows
 EVAL_BATCH = 500  # images per forward pass of the clean predictions, unless params.batch_size says otherwise
 
@@ -178,6 +180,14 @@ class RobustnessSuite(Suite):
         records += [{"metric": "sanity_flag", "value": float(f.fired), "check": f.check} for f in flags]
         records.append({"metric": "sanity_flags", "value": float(sum(f.fired for f in flags))})
         return records
+
+    def card_details(self, params: Any, dataset: str) -> dict[str, Any]:
+        """The threat model and every attack's budget as this suite's params set them."""
+        classes = DATASETS.get(dataset).num_classes
+        named = [*params.attacks, *params.ensemble, *params.extra_attacks, *params.minimal]
+        return {"threat_model": f"{THREAT[self.NORM]}, eps {list(eps_grid(params, dataset).eps)}",
+                "attack_budgets": {a: build(a, params.attack_args.get(a)).for_norm(self.NORM).budget(classes)
+                                   for a in named}}
 
     def notes(self, records: list[dict[str, Any]], params: Any) -> list[str]:
         """One line per fired sanity flag and per skipped attack (model, seed, what was seen), or one line naming the
