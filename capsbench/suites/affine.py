@@ -93,7 +93,8 @@ class AffineSuite(Suite):
                 ),
                 describe=("grid",),
                 notes=("max_rotation=R: each digit right under every grid point whose rotation is at most R degrees "
-                       "either way; R=0: translations (and scales) only; the largest R: the whole grid",),
+                       "either way; R=0: translations (and scales) only; the largest R: the whole grid",
+                       "digits: params.worst_images test images (the sweeps' seeded, class-stratified draw), centred"),
             ),
         ),
         figures=(
