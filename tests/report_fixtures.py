@@ -137,6 +137,11 @@ def affine() -> list[dict[str, Any]]:
                         magnitude=float(m),
                     )
                 )
+        grid = "rotation=-30:30:7 translation=-3:3:3 scale=1:1:1"
+        rows.append(acc("affine", model, "grid_clean_accuracy", centred // 2, 500, grid=grid))
+        for r in (0.0, 10.0, 20.0, 30.0):
+            rows.append(acc("affine", model, "worst_affine_accuracy", centred // 2 - slope * int(r), 500,
+                            max_rotation=r, grid=grid))
     return rows
 
 

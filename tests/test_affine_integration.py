@@ -1,5 +1,5 @@
-"""End to end on real MNIST: `capsbench run suite=affine budget=smoke` writes records, tables, sweep plots and MLflow
-runs."""
+"""End to end on real MNIST: `capsbench run suite=affine budget=smoke` writes records, tables, sweep and worst-case
+plots and MLflow runs."""
 
 import csv
 import shutil
@@ -48,12 +48,16 @@ def test_affine_smoke_end_to_end(tmp_path, mnist_root):
         assert 0.0 <= centred <= 100.0
     capsnet = next(float(r["value"]) for r in rows if r["model"] == "capsnet" and r["metric"] == "centred_accuracy")
     assert capsnet > 20.0, f"capsnet at {capsnet} % on centred digits has not learnt (chance is 10 %)"
+    worst = [r for r in rows if r["metric"] == "worst_affine_accuracy"]
+    assert {r["grid"] for r in worst} == {"rotation=-30:30:3 translation=-3:3:3 scale=1:1:1"} and len(worst) == 3 * 2
     for name in (
         "table.md",
         "table.tex",
         "table-affnist.csv",
         "table-sweeps-rotation.csv",
+        "table-worst_affine.csv",
         "sweeps.png",
+        "worst_affine.png",
         "sweeps.pdf",
         "config.yaml",
     ):
@@ -67,10 +71,13 @@ def test_affine_smoke_end_to_end(tmp_path, mnist_root):
         any(k.startswith("affnist_accuracy.") and digest in k for k in r.data.metrics) for r in children
     )
     assert all(r.data.params["checkpoint.cached"] == "False" for r in children)
+    assert all(any(k.startswith("worst_affine_accuracy.max_rotation_30.rotation_-30_30_3") for k in r.data.metrics)
+               for r in children)
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     assert (
         parent.data.params["params.generator_seed"] == "0" and parent.data.params["params.max_rotation_deg"] == "20.0"
     )
+    assert (parent.data.params["params.worst_rotation_steps"], parent.data.params["params.worst_images"]) == ("3", "50")
 
     # The generated set, built again from scratch, has the same content hash; checkpoints come from the cache.
     shutil.rmtree(tmp_path / "out" / "checkpoints" / "affnist_style")

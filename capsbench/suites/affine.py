@@ -11,15 +11,17 @@ import torch
 
 from capsbench.data import Splits
 from capsbench.data.affine_augment import AugmentRanges
-from capsbench.data.affnist import load_affnist_test
+from capsbench.data.affnist import affnist_test_files, load_affnist_test
 from capsbench.data.affnist_style import AffineRanges, cached_affnist_style
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.data.test_subset import draw_test_subset
 from capsbench.errors import CapsbenchError
-from capsbench.suites.base import Context, Metric, Suite
+from capsbench.suites.base import Context, Metric, Suite, test_images
 from capsbench.suites.layout import Column, Group, Layout, SweepColumns, SweepPlot, TableSpec
+from capsbench.suites.worst_affine import grid_of, worst_records
 from capsbench.train.evaluation import correct
 from capsbench.train.protocols import AffineCanvasProtocol, CanvasProtocol, TrainingProtocol
+from capsbench.util.progress import measured
 from capsbench.util.stats import accuracy_fields
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ class AffineTestSet:
 SWEEPS = ("rotation", "scale", "shear", "translation")
 SWEEP_LABELS = {"rotation": "rotation (degrees)", "scale": "scale (factor)", "shear": "shear (horizontal)",
                 "translation": "translation (pixels)"}
+AFFNIST_TEST_IMAGES = 320_000  # the real affNIST test set (32 batches of 10,000)
 
 
 def sweep_transform(transform: str, value: float) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -61,8 +64,12 @@ class AffineSuite(Suite):
             "affnist_accuracy", "%", True, "real affNIST test set, or the generated affNIST-style set (see test_set)"
         ),
         Metric("sweep_accuracy", "%", True, "sweep test digits under one transform of the given magnitude"),
+        Metric("grid_clean_accuracy", "%", True, "the worst-case grid's digits centred, untransformed",
+               contains=("worst_affine_accuracy",)),
+        Metric("worst_affine_accuracy", "%", True,
+               "each digit right under every grid point with |rotation| <= max_rotation (Engstrom et al. 2019)"),
     )
-    sweep_columns = ("test_set", "transform", "magnitude")
+    sweep_columns = ("test_set", "transform", "magnitude", "max_rotation", "grid")
     layout = Layout(
         tables=(
             TableSpec(
@@ -77,6 +84,18 @@ class AffineSuite(Suite):
                 (SweepColumns("sweep_accuracy", "magnitude", "accuracy ({unit}) at magnitude"),),
                 split=Group("transform", SWEEPS, SWEEP_LABELS),
             ),
+            TableSpec(
+                "worst_affine",
+                "Accuracy under each digit's worst rotation and translation of a grid",
+                (
+                    Column("grid_clean_accuracy", "untransformed"),
+                    SweepColumns("worst_affine_accuracy", "max_rotation", "worst case ({unit}) at max_rotation"),
+                ),
+                describe=("grid",),
+                notes=("max_rotation=R: each digit right under every grid point whose rotation is at most R degrees "
+                       "either way; R=0: translations (and scales) only; the largest R: the whole grid",
+                       "digits: params.worst_images test images (the sweeps' seeded, class-stratified draw), centred"),
+            ),
         ),
         figures=(
             SweepPlot(
@@ -87,6 +106,13 @@ class AffineSuite(Suite):
                 xlabel="magnitude",
                 ylabels=("accuracy (%)",),
                 share_x=False,
+            ),
+            SweepPlot(
+                "worst_affine",
+                ("worst_affine_accuracy",),
+                "max_rotation",
+                xlabel="largest |rotation| in the grid (degrees)",
+                ylabels=("worst-case accuracy (%)",),
             ),
         ),
     )
@@ -131,6 +157,16 @@ class AffineSuite(Suite):
         )
         return AffineTestSet(made.images, made.labels, f"affNIST-style sha256:{made.sha256[:16]}")
 
+    def work(self, cfg: Any) -> float:
+        """Forward passes: centred test digits, the affNIST(-style) set, every sweep point, and each worst-case digit
+        at every grid point but the identity (at most: a digit leaves the grid at its first mistake)."""
+        p, split = cfg.params, test_images(cfg)
+        real = p.real_affnist and affnist_test_files(Path(cfg.data.root))
+        affnist = p.affnist_images or (AFFNIST_TEST_IMAGES if real else split)
+        sweeps = min(split, p.sweep_images or split) * sum(len(getattr(p, t)) for t in SWEEPS)
+        worst = min(split, split if p.worst_images is None else p.worst_images)
+        return float(split + affnist + sweeps + worst * len(grid_of(p).points()))  # the identity: the clean pass
+
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, test, split = ctx.params, ctx.resources, ctx.splits
         evaluate = dict(model=ctx.model, batch_size=ctx.batch_size, device=ctx.device)
@@ -143,6 +179,8 @@ class AffineSuite(Suite):
                 "test_set": test.name,
             },
         ]
+        done = len(split.test_y) + len(test.labels)
+        measured(done)
         pick = _drawn(split, p.sweep_images)
         canvas = centre_on_canvas(split.test_x[pick], p.canvas)  # (N, 1, S, S) uint8
         labels = split.test_y[pick]
@@ -158,6 +196,15 @@ class AffineSuite(Suite):
                         "magnitude": float(value),
                     }
                 )
+                done += len(labels)
+                measured(done)
+        if p.worst_images != 0:
+            pick = _drawn(split, p.worst_images)
+            done += len(pick)
+            records += worst_records(ctx.model, f"{ctx.model_name} s{ctx.seed}",
+                                     centre_on_canvas(split.test_x[pick], p.canvas), split.test_y[pick], grid_of(p),
+                                     batch_size=ctx.batch_size, device=ctx.device,
+                                     settled=lambda pairs: measured(done + pairs))
         return records
 
 

@@ -32,6 +32,32 @@ class AffineParams:
     scale: list[float] = field(default_factory=lambda: [0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5])
     shear: list[float] = field(default_factory=lambda: [-0.6, -0.4, -0.2, 0.0, 0.2, 0.4, 0.6])
     translation: list[float] = field(default_factory=lambda: [-12.0, -9.0, -6.0, -3.0, 0.0, 3.0, 6.0, 9.0, 12.0])
+    # The worst transformation per digit over a grid (Engstrom et al. 2019; defaults: their grid, 775 points): each
+    # family's odd count of values equally spaced over [-limit, limit] (scales over [1 - s, 1 + s]), so the identity
+    # is a grid point. worst_images: a seeded, class-stratified draw (the sweeps'); None = all, 0 = not measured.
+    worst_images: int | None = 1000
+    worst_rotation: float = 30.0  # degrees
+    worst_rotation_steps: int = 31
+    worst_translation: float = 3.0  # pixels, each axis
+    worst_translation_steps: int = 5
+    worst_scale: float = 0.0  # isotropic; 0: no scaling
+    worst_scale_steps: int = 1
+
+    @staticmethod
+    def validate(cfg: Any) -> None:
+        p = cfg.params
+        if p.worst_images is not None and p.worst_images < 0:
+            raise CapsbenchError(f"params.worst_images must be >= 0 (0: no worst-case grid) or null for every test "
+                                 f"image, got {p.worst_images}")
+        limits = {"worst_rotation": (180.0, "degrees, e.g. 30"), "worst_translation": (p.canvas / 2, "pixels, e.g. 3"),
+                  "worst_scale": (0.99, "e.g. 0.1 for scales 0.9 to 1.1")}
+        for key, (top, example) in limits.items():
+            if not 0.0 <= p[key] <= top:
+                raise CapsbenchError(f"params.{key} must be in [0, {top:g}] ({example}), got {p[key]}")
+            steps = p[f"{key}_steps"]
+            if steps < 1 or steps % 2 == 0:
+                raise CapsbenchError(f"params.{key}_steps must be an odd count >= 1 (the identity is a grid point), "
+                                     f"got {steps}; e.g. {steps + 1 if steps > 0 else 1}")
 
 
 @dataclass
