@@ -32,7 +32,7 @@ DOTTED = re.compile(r"(?<![\w.])capsbench(?:\.[A-Za-z_]\w*)+")
 TOP = "capsbench|tests|suites|baselines|benchmarks|examples|results|docs|\\.ci"
 REPO_PATH = re.compile(rf"(?<![\w./<>-])((?:{TOP})/[\w./<>*{{}},-]*)")
 PLACEHOLDER = re.compile(r"[<*{]")
-LIST_KINDS = ("models", "datasets", "suites", "checkpoints")
+LIST_KINDS = ("models", "datasets", "suites", "attacks", "checkpoints")
 
 
 def code_of(text: str) -> list[str]:

@@ -27,7 +27,7 @@ class APGD(RowAttack):
     LABEL = "APGD"
     ORDER = 20
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "restarts": "int [1, inf)", "long_steps": "int [1, inf)",
-                       "long_eps": "[0, 1]"}
+                       "long_eps": "[0, inf)"}
     loss = "margin"
 
     def __init__(self, *, steps: int = 100, restarts: int = 1, long_steps: int | None = None,

@@ -18,7 +18,7 @@ class APGDTargeted(APGD):
     LABEL = "APGD-T"
     ORDER = 30
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "targets": "int [0, inf)", "long_steps": "int [1, inf)",
-                       "long_eps": "[0, 1]"}
+                       "long_eps": "[0, inf)"}
     loss = "targeted_dlr"
 
     def __init__(self, *, steps: int = 100, targets: int | None = None, long_steps: int | None = None,
