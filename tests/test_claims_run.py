@@ -99,7 +99,7 @@ def test_the_plan_has_units_for_every_claim_whose_data_and_budget_it_has(tmp_pat
             for side in (claim.better, claim.worse):  # a model on both sides with other arguments: a unit each
                 variants = {str(sorted(s.model_args.items())) for s in (claim.better, claim.worse)
                             if s.model == side.model}
-                assert sorted(u.seed for u in units if u.model == side.model) == sorted([0, 1, 2] * len(variants))
+                assert sorted(u.seed for u in units if u.model == side.model) == [0] * len(variants)  # smoke: one
     assert "fixture-fashion-fgsm" in p.units
     smallnorb = " ".join(a.line() for a in p.lacking["hinton2018-smallnorb"])
     assert "smallnorb-5x46789x9x18x6x2x96x96-training-dat.mat" in smallnorb and "cs.nyu.edu" in smallnorb

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 OWN_KEYS = ("claims", "one_seed_verdicts", "baselines_dir")  # read here, not by the suites
 CHOSEN_BY_CLAIMS = ("models", "dataset", "model_args", "model_train")  # each claim names its own
 DEFAULT_SEEDS = [0, 1, 2]
+SMOKE_SEEDS = [0]  # smoke judges nothing: one seed runs every claim's path, in minutes
 TRAINING_KEYS = {"pgd": "adversarial", "affine": "augment"}  # a side's `training` -> model_train.<model>.<key>
 DATA_ROOT = "<data.root>"  # stands for the data folder in the lines the claims files keep
 
@@ -110,7 +111,7 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
                                  "(choose claims with claims=[id,...])")
     request = request.without("suite", *OWN_KEYS)
     if request.get("seeds") is None:
-        request = request.merged({"seeds": DEFAULT_SEEDS})
+        request = request.merged({"seeds": SMOKE_SEEDS if request.get("budget") == "smoke" else DEFAULT_SEEDS})
     params = {**(request.file.get("params") or {}), **(request.line.get("params") or {})}
     common = request.without("params")
     folder = Path(str(own["baselines_dir"])) if own.get("baselines_dir") else None
