@@ -132,7 +132,7 @@ def keyed(unit: UnitSpec) -> UnitSpec:
     suite = SUITES.get(unit.suite)()
     if not suite.needs_training or "weights" in unit.config:
         return unit
-    from capsbench.train.trained import checkpoint_key  # lazy: torch, which a plan that fails early never needs
+    from capsbench.train.keys import checkpoint_key  # lazy: torch, which a plan that fails early never needs
 
     cfg = unit.run_config()
     return replace(unit, checkpoint=checkpoint_key(cfg, unit.model, unit.seed, suite.protocol(cfg)))

@@ -8,12 +8,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from capsbench.data import DATASETS, SPLIT_SEED, DatasetSpec, Splits
+from capsbench.data import SPLIT_SEED, Splits
 from capsbench.models import MODELS, Classifier, create_model
 from capsbench.train.adversarial import adversarial_identity
 from capsbench.train.checkpoints import CheckpointCache
@@ -36,20 +36,6 @@ class TrainedModel:
     cached: bool
 
 
-class DatasetRef(NamedTuple):
-    """What a checkpoint's key reads of a dataset: its name and description (no images)."""
-
-    name: str
-    spec: DatasetSpec
-
-
-def checkpoint_key(cfg: DictConfig, name: str, seed: int, protocol: TrainingProtocol) -> str:
-    """The key of the checkpoint a unit of config `cfg` trains or reuses for model `name` and `seed`, from settings
-    alone: the planner computes it, and training finds the same."""
-    return content_key(training_identity(cfg, name, seed, DatasetRef(cfg.dataset, DATASETS.get(cfg.dataset)),
-                                         protocol))
-
-
 def default_protocol(cfg: DictConfig) -> TrainingProtocol:
     """The dataset's own training protocol (Sabour's shifts, crops, or pad-crop-flip)."""
     return dataset_protocol(cfg.dataset, cfg.data.max_shift)
@@ -67,7 +53,7 @@ def model_config(cfg: DictConfig, name: str, splits: Splits, protocol: TrainingP
 
 
 def training_identity(
-    cfg: DictConfig, name: str, seed: int, splits: Splits | DatasetRef, protocol: TrainingProtocol
+    cfg: DictConfig, name: str, seed: int, splits: Splits, protocol: TrainingProtocol
 ) -> dict[str, Any]:
     """Everything that changes the trained weights; its hash is the checkpoint's cache key. "source" hashes the code
     that trains the model (its modules, the training loop, protocol and data pipeline) by content, wherever it lives
