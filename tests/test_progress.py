@@ -1,11 +1,13 @@
 """Progress that tells the truth: off a terminal each status line once and a line at least every LOG_EVERY seconds of
 work, time left from the work done (not counts), none with --quiet; the row engine reports at every read of the
 device (every iterate on a CPU) and torchattacks' attacks every batch of images, adding up to their declared total;
-log lines go through tqdm's redirect; the units' work is declared per unit."""
+an attack phase credits the work it forwarded, never ahead of it, and reaches its end only at its end; log lines go
+through tqdm's redirect; the units' work is declared per unit."""
 
 import logging
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 import torchattacks
@@ -16,6 +18,7 @@ from capsbench.attacks import build, decisions
 from capsbench.attacks.torchattacks_adapters import LibraryAttack
 from capsbench.run.cost_model import plan_work, training_work
 from capsbench.run.plan import plan
+from capsbench.suites.robustness.phases import UnitAttacks, planned
 from capsbench.util import progress
 from capsbench.util.progress import Progress, redirect_logging
 
@@ -122,6 +125,28 @@ def test_pgd_reports_every_step_and_adds_up_to_its_total_without_changing_a_resu
     assert done == sorted(done) and done[-1] == total  # moves forward only, and ends at its total
     assert max(left for *_, left in calls) <= 10  # the pool's rows at most
     assert len(calls) >= runs * (steps + 1)  # at every iterate of the pool (a read every iterate on a CPU)
+
+
+def test_an_attack_phase_credits_what_it_forwarded_and_reaches_its_end_only_at_its_end():
+    """FGSM, APGD, then APGD-T towards every other class on what they left, in one pool: at eps 0.3 every image breaks
+    at once and its APGD-T rows are cancelled, which the declared row-steps counted as done at once."""
+    model = tiny_model("cnn_sabour")
+    images = torch.rand(12, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    labels = decisions(model, images)
+    grid = [0.0, 0.002, 0.3]
+    calls, hook = follow()
+    shares: list[float] = []
+    params = type("P", (), {"attacks": ["fgsm", "apgd"], "ensemble": ["apgd_targeted"], "extra_attacks": []})
+    run = UnitAttacks(model, images, labels, np.ones(12, dtype=bool), grid,
+                      replace(SETTINGS, batch_size=30, early_exit=True, progress=hook),
+                      {"apgd": {"steps": 4}, "apgd_targeted": {"steps": 4}})
+    run.run(planned(params, grid, None), credit=shares.append)
+    done = [d for d, _, _ in calls]
+    assert done[-1] == run.counts.row_steps  # the row-steps the engine forwarded, by its own count
+    assert all(b > a for a, b, (*_, rows) in zip(done, done[1:], calls) if rows)  # moves whenever rows ran
+    assert shares == sorted(shares) and shares[-1] == 1.0 and max(shares[:-1]) < 1.0
+    assert all(share <= d / done[-1] + 1e-12 for share, d in zip(shares, done))  # never ahead of the work done
+    assert [t for _, t, _ in calls] == sorted((t for _, t, _ in calls), reverse=True)  # cancels shrink the total
 
 
 class LibraryFGSM(LibraryAttack):
