@@ -243,16 +243,16 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
             live: LiveUnits) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
     counts each unit's work in seconds as the cost model prices it on this device (capsbench.run.cost_model) and
-    credits it as the unit reports it (each training epoch, its measuring); its time left starts at the cost model's
-    and learns the rate this run shows (capsbench.util.pace)."""
+    credits it as the unit reports it (each training epoch, its measuring); its time left starts at the cost model's,
+    its basis said, and learns the rate this run shows (capsbench.util.pace)."""
     failures = 0
     work = plan_work(todo)
     device, table = device_key(cfg.device), rates(cfg.cache_dir)
     seconds = priced_work(todo, work, device, table)
     credits = Credits(seconds, todo, declared=work)
     estimate = price(todo, work, device, table)
-    log.info("%d unit(s) to run: %s on %s by the cost model%s", len(todo), estimate.words(), estimate.device,
-             f" ({estimate.why})" if estimate.why else "")
+    log.info("%d unit(s) to run: %s by the cost model, %s%s", len(todo), estimate.words(),
+             estimate.basis or f"on {estimate.device}", f" ({estimate.why})" if estimate.why else "")
     total = sum(w.total for w in seconds.values())
     with Progress("units", total, unit="s", leave=True, pace=Pace.priced(total, total)) as bar:
         bar.note(f"0/{len(todo)} done")
