@@ -85,9 +85,11 @@ class Estimate:
     basis: str = ""
 
     def words(self) -> str:
-        """'about 12 min', 'about 3.5 h' or 'unknown'."""
+        """'about 12 min', 'about 3.5 h', 'under a minute' or 'unknown'."""
         if self.minutes is None:
             return "unknown"
+        if self.minutes < 0.5:
+            return "under a minute"
         return f"about {self.minutes:.0f} min" if self.minutes < 90 else f"about {self.minutes / 60:.1f} h"
 
 
