@@ -1,5 +1,5 @@
 """--dry-run prices a plan for its device before anything runs, and the one cost model behind it: a unit's declared
-work over the device's measured rates, with what this machine measured over the shipped table."""
+work over the device's measured rates, with what this machine measured over the shipped table, its basis said."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_price_is_work_over_rate_and_says_how_it_derived_what_was_not_measured(t
     rate = {"capsnet": 13500, "cnn_sabour": 27000}[near] * macs[near] / unit_macs(nine)
     assert estimate.minutes == pytest.approx(1 + 1 + 0.5 + 13500 / rate)  # capsnet 1 + 1 min, cnn_sabour 0.5
     assert f"cnn_9x9 (measure, robustness/quick) scaled by MACs from {near}" in estimate.why
-    assert estimate.device == "2 cores"
+    assert estimate.device == "2 cores" and estimate.basis == "priced for 2 cores, idle"
     assert price(units, work, "cpu8", table).why.startswith("cpu8 is not in suites/devices/rates.yaml: priced as cpu2")
     assert price(units, work, "cpu2", {"cpu2": {"label": "x"}}).minutes is None
 
@@ -58,6 +58,7 @@ def test_a_gpu_nobody_measured_is_priced_from_one_that_was_by_published_peak(tmp
              "A100": {"label": "A100", "scale": 20}}
     estimate = price(units, work, "A100", table)
     assert estimate.minutes == pytest.approx(3 / 60) and "scaled from H200's measured rate by peak fp32" in estimate.why
+    assert estimate.basis == "priced from the measured rates of H200"
 
 
 def test_a_dry_run_of_the_paper_claims_prices_the_default_gpu_on_a_machine_without_one(tmp_path, cli_probe,
@@ -82,6 +83,11 @@ def test_a_finished_unit_adds_its_rates_to_this_machines_table(tmp_path):
         "capsnet"] == 100_000
     assert table["cpu2"]["train"]["quick"]["cnn_sabour"] == 2260  # the shipped rates of what it did not measure
     assert "H200" in table
+    units = plan(cfg)[:2]  # capsnet, whose rates are now this machine's, and cnn_sabour, priced by the shipped ones
+    work = {u.key: Work(1.0, 1.0) for u in units}
+    assert price(units[:1], work, "cpu2", table).basis == "priced by this machine's earlier runs"
+    assert price(units, work, "cpu2", table).basis == ("priced for 2 x86-64 CPU cores, idle, and by this machine's "
+                                                       "earlier runs")
 
 
 def test_the_units_bar_counts_priced_seconds_and_credits_measuring_in_them(tmp_path):

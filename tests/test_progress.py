@@ -1,11 +1,15 @@
 """Progress that tells the truth: off a terminal each status line once and a line at least every LOG_EVERY seconds of
 work, time left from the work done (not counts), none with --quiet; the row engine reports at every read of the
 device (every iterate on a CPU) and torchattacks' attacks every batch of images, adding up to their declared total;
-log lines go through tqdm's redirect; the units' work is declared per unit."""
+an attack phase credits the work it forwarded, never ahead of it, and reaches its end only at its end; priced work's
+time left starts at the price and learns the rate seen; log lines go through tqdm's redirect; the units' work is
+declared per unit."""
 
 import logging
+import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 import torchattacks
@@ -16,7 +20,9 @@ from capsbench.attacks import build, decisions
 from capsbench.attacks.torchattacks_adapters import LibraryAttack
 from capsbench.run.cost_model import plan_work, training_work
 from capsbench.run.plan import plan
+from capsbench.suites.robustness.phases import UnitAttacks, planned
 from capsbench.util import progress
+from capsbench.util.pace import TRUST_SECONDS, Pace
 from capsbench.util.progress import Progress, redirect_logging
 
 LOGGER = "capsbench.util.progress"
@@ -124,6 +130,28 @@ def test_pgd_reports_every_step_and_adds_up_to_its_total_without_changing_a_resu
     assert len(calls) >= runs * (steps + 1)  # at every iterate of the pool (a read every iterate on a CPU)
 
 
+def test_an_attack_phase_credits_what_it_forwarded_and_reaches_its_end_only_at_its_end():
+    """FGSM, APGD, then APGD-T towards every other class on what they left, in one pool: at eps 0.3 every image breaks
+    at once and its APGD-T rows are cancelled, which the declared row-steps counted as done at once."""
+    model = tiny_model("cnn_sabour")
+    images = torch.rand(12, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    labels = decisions(model, images)
+    grid = [0.0, 0.002, 0.3]
+    calls, hook = follow()
+    shares: list[float] = []
+    params = type("P", (), {"attacks": ["fgsm", "apgd"], "ensemble": ["apgd_targeted"], "extra_attacks": []})
+    run = UnitAttacks(model, images, labels, np.ones(12, dtype=bool), grid,
+                      replace(SETTINGS, batch_size=30, early_exit=True, progress=hook),
+                      {"apgd": {"steps": 4}, "apgd_targeted": {"steps": 4}})
+    run.run(planned(params, grid, None), credit=shares.append)
+    done = [d for d, _, _ in calls]
+    assert done[-1] == run.counts.row_steps  # the row-steps the engine forwarded, by its own count
+    assert all(b > a for a, b, (*_, rows) in zip(done, done[1:], calls) if rows)  # moves whenever rows ran
+    assert shares == sorted(shares) and shares[-1] == 1.0 and max(shares[:-1]) < 1.0
+    assert all(share <= d / done[-1] + 1e-12 for share, d in zip(shares, done))  # never ahead of the work done
+    assert [t for _, t, _ in calls] == sorted((t for _, t, _ in calls), reverse=True)  # cancels shrink the total
+
+
 class LibraryFGSM(LibraryAttack):
     """torchattacks' FGSM through capsbench's adapter for library attacks, in batches of 4 images."""
 
@@ -160,6 +188,35 @@ def test_units_are_weighed_by_their_declared_work(tmp_path):
     # and vote (2) at the 6 eps above 0; square's first query and 50 more, forwards only, at its one eps)
     one_pass = 2 * (5 + 1)
     assert work[units[1].key].measure == 100 * (1 + 7 * 2 * 2 + 7 * one_pass + 6 * one_pass * (9 + 14 + 2) + 51)
+
+
+def test_priced_time_left_starts_at_the_price_and_converges_to_the_rate_seen(clock):
+    """Work priced at 100,000 s runs at half the priced speed (a loaded machine): the time left starts at the price and
+    its error shrinks to the true time left as the run shows its rate; it never reads 0 while work is left."""
+    total = 100_000.0
+    with Progress("units", total, pace=Pace.priced(total, total)) as bar:
+        assert bar.left() == pytest.approx(total)
+        assert bar.line() == "units: 0 % done, 0 s elapsed, about 1666.7 min left"
+        errors = []
+        for _ in range(40):
+            clock.now += 500
+            bar.update(250)
+            truth = (total - bar.done) / 0.5
+            errors.append(abs(bar.left() - truth) / truth)
+            assert bar.left() > 0
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 0.03
+    assert Pace.priced(total, total).speed(10_000, 20_000) == pytest.approx(0.5, rel=0.02)
+    assert Pace.priced(total, total).trust == TRUST_SECONDS
+    assert Pace.priced(60.0, 60.0).trust == 30.0  # a short run trusts its price for half of it
+
+
+def test_a_bar_on_a_terminal_shows_the_priced_time_left(clock, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with Progress("units", 600.0, pace=Pace.priced(600.0, 600.0)) as bar:
+        assert "<10:00" in str(bar._bar)  # before any work: the price, where tqdm alone would print "?"
+        clock.now += 100
+        bar.update(50)
+        assert f"<{bar._bar.format_interval(bar.left())}" in str(bar._bar)
 
 
 def test_units_are_credited_as_they_report_and_never_beyond_their_work():

@@ -157,7 +157,7 @@ class RowEngine:
             self._keep(pool, finished, broken, kept)
             schedule.finish(pool.rows.take(finished), broken[finished])
             keep = np.nonzero(~done & schedule.running(pool.rows))[0]
-            self._underway = int((t[keep] + 1).sum())
+            self._underway = int(t[keep].sum())  # each running row has been forwarded t times
         new = schedule.admit(self.settings.batch_size - len(keep))
         if len(keep) == len(pool.rows) and not len(new):
             return pool  # nothing left and nothing entered: the pool as it was

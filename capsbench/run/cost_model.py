@@ -27,6 +27,7 @@ from capsbench.util.shipped import shipped_dir
 TRAIN_PASSES = 3  # a training step: a forward pass and a backward pass of about twice its cost, per image
 DEFAULT_GPU = "H100"  # what device=cuda is priced as where this machine has no GPU and --gpu names none
 OBSERVED = "rates.json"  # under the checkpoint cache: the rates this machine measured
+MINE = "observed"  # in a device's entry of rates(): which of its rates this machine measured ("kind/where/model")
 SCALE_WORDS = {False: "peak fp32 throughput", True: "cores"}  # what a device's `scale` is, for a GPU and a CPU
 
 
@@ -75,16 +76,20 @@ def checkpoint_cached(unit: UnitSpec) -> bool:
 # --- the device's rates ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Estimate:
-    """Minutes of a set of units on a device (None: no rate for some of them, named in `why`)."""
+    """Minutes of a set of units on a device (None: no rate for some of them, named in `why`); `basis` says in a few
+    words what the price rests on (e.g. "priced for 2 x86-64 CPU cores, idle")."""
 
     minutes: float | None
     why: str
     device: str
+    basis: str = ""
 
     def words(self) -> str:
-        """'about 12 min', 'about 3.5 h' or 'unknown'."""
+        """'about 12 min', 'about 3.5 h', 'under a minute' or 'unknown'."""
         if self.minutes is None:
             return "unknown"
+        if self.minutes < 0.5:
+            return "under a minute"
         return f"about {self.minutes:.0f} min" if self.minutes < 90 else f"about {self.minutes / 60:.1f} h"
 
 
@@ -108,13 +113,15 @@ def gpu_names() -> list[str]:
 
 
 def rates(cache_dir: str | None) -> dict[str, Any]:
-    """The shipped table under what this machine measured (<cache_dir>/rates.json), device by device."""
+    """The shipped table under what this machine measured (<cache_dir>/rates.json), device by device; each device's
+    MINE lists the rates that are this machine's."""
     table = _shipped()
     for device, seen in _observed(cache_dir).items():
         mine = table.setdefault(device, {"label": device})
         for kind in ("train", "measure"):
             for where, models in seen.get(kind, {}).items():
                 mine.setdefault(kind, {}).setdefault(where, {}).update(models)
+                mine.setdefault(MINE, []).extend(f"{kind}/{where}/{m}" for m in models)
     return table
 
 
@@ -125,10 +132,11 @@ def _shipped() -> dict[str, Any]:
 def price(units: list[UnitSpec], work: dict[str, Work], device: str, table: dict[str, Any]) -> Estimate:
     """The minutes of `units` (their `work`) on `device`, every rate that was not measured there derived from one that
     was (the basis said in `why`); None only where nothing can be derived."""
-    seconds, notes, missing, label = _priced(units, work, device, table)
+    seconds, notes, missing, label, sources = _priced(units, work, device, table)
     if missing:
         return Estimate(None, "; ".join(dict.fromkeys(missing)), label)
-    return Estimate(sum(w.total for w in seconds.values()) / 60.0, "; ".join(dict.fromkeys(notes)), label)
+    return Estimate(sum(w.total for w in seconds.values()) / 60.0, "; ".join(dict.fromkeys(notes)), label,
+                    _basis(sources, device if device in table else _fallback_device(device, table), table))
 
 
 def priced_work(units: list[UnitSpec], work: dict[str, Work], device: str, table: dict[str, Any]) -> dict[str, Work]:
@@ -139,23 +147,44 @@ def priced_work(units: list[UnitSpec], work: dict[str, Work], device: str, table
 
 
 def _priced(units: list[UnitSpec], work: dict[str, Work], device: str,
-            table: dict[str, Any]) -> tuple[dict[str, Work], list[str], list[str], str]:
+            table: dict[str, Any]) -> tuple[dict[str, Work], list[str], list[str], str, set[tuple[str, bool]]]:
     notes = [] if device in table else [f"{device} is not in suites/devices/rates.yaml: priced as "
                                         f"{_fallback_device(device, table)}"]
     device = device if device in table else _fallback_device(device, table)
-    missing, out = [], {}
+    missing, out, sources = [], {}, set()
     slowest = min((r for models in table[device].get("measure", {}).values() for r in models.values()), default=1000.0)
     for unit in units:
         w, budget, parts = work[unit.key], unit.config["budget"], {}
         for kind, passes, where in (("train", w.train, budget), ("measure", w.measure, f"{unit.suite}/{budget}")):
-            rate, note = _rate(table, device, kind, where, unit) if passes > 0 else (1.0, "")
+            if passes <= 0:
+                parts[kind] = 0.0
+                continue
+            rate, note, source = _rate(table, device, kind, where, unit)
             if rate is None:
                 missing.append(f"no {kind} rate for {unit.model} ({where}) on {device} nor one to derive it from")
                 rate = slowest
+            else:
+                sources.add((source, f"{kind}/{where}/{unit.model}" in table[source].get(MINE, ())))
             parts[kind] = passes / rate
             notes += [note] if note else []
         out[unit.key] = Work(parts["train"], parts["measure"])
-    return out, notes, missing, table[device].get("label", device)
+    return out, notes, missing, table[device].get("label", device), sources
+
+
+def _basis(sources: set[tuple[str, bool]], device: str, table: dict[str, Any]) -> str:
+    """What a price rests on, in a few words: the shipped rates of the run's device ("priced for 2 x86-64 CPU
+    cores, idle": the table's rates were measured on idle machines), this machine's own ("by this machine's earlier
+    runs", their load included), or another device's ("from the measured rates of NVIDIA H200", derived as `why`
+    says)."""
+    parts = []
+    if (device, False) in sources:
+        parts.append(f"for {_label(table, device)}, idle")
+    if any(mine for _, mine in sources):
+        parts.append("by this machine's earlier runs")
+    others = sorted({_label(table, d) for d, mine in sources if d != device and not mine})
+    if others:
+        parts.append(f"from the measured rates of {' and '.join(others)}")
+    return "priced " + ", and ".join(parts) if parts else ""
 
 
 def _label(table: dict[str, Any], device: str) -> str:
@@ -169,8 +198,9 @@ def _fallback_device(device: str, table: dict[str, Any]) -> str:
 
 
 def _rate(table: dict[str, Any], device: str, kind: str, where: str, unit: UnitSpec,
-          across: bool = True) -> tuple[float | None, str]:
-    """The image passes per second of `unit`'s `kind` of work on `device`, and how it was found: measured there; else
+          across: bool = True) -> tuple[float | None, str, str]:
+    """The image passes per second of `unit`'s `kind` of work on `device`, how it was found, and the device whose
+    measured rate it rests on: measured there; else
     the model's rate on another device of its kind, scaled by their scale (a GPU's published peak fp32, a CPU's
     cores); else, on this device or another, the rate of the model measured at `where` whose MACs per image are
     closest, scaled by MACs (and scale); else the model's rate in another suite at this budget; else (across) the rate
@@ -185,7 +215,7 @@ def _rate(table: dict[str, Any], device: str, kind: str, where: str, unit: UnitS
         if model in got:
             basis = "" if d == device else (f"{model} ({kind}, {where}) scaled from {_label(table, d)}'s measured "
                                             f"rate by {SCALE_WORDS[d.startswith('cpu')]}")
-            return float(got[model]) * ratio[d], basis
+            return float(got[model]) * ratio[d], basis, d
     mine = unit_macs(unit)
     suite = where.partition("/")[0] if kind == "measure" else ""
     if mine:  # the measured model nearest in MACs per image (at `where` if any, else another budget of the suite)
@@ -196,21 +226,21 @@ def _rate(table: dict[str, Any], device: str, kind: str, where: str, unit: UnitS
         if same:
             at, d, near, theirs = min(same, key=lambda f: (abs(math.log(f[3] / mine)), peers.index(f[1])))
             return (float(table[d][kind][at][near]) * theirs / mine * ratio[d],
-                    f"{model} ({kind}, {where}) scaled by MACs from {near} ({at}) on {_label(table, d)}")
+                    f"{model} ({kind}, {where}) scaled by MACs from {near} ({at}) on {_label(table, d)}", d)
     if kind == "measure":
         budget = where.partition("/")[2]
         for other, got in here.get(kind, {}).items():
             if other.endswith(f"/{budget}") and model in got:
-                return float(got[model]), f"{model} ({where}) priced at its {other} rate"
+                return float(got[model]), f"{model} ({where}) priced at its {other} rate", device
     if not across:
-        return None, ""
+        return None, "", device
     for d in (d for d in table if d.startswith("cpu") != device.startswith("cpu")):
-        rate, _ = _rate(table, d, kind, where, unit, across=False)
+        rate, _, source = _rate(table, d, kind, where, unit, across=False)
         speedup = _speedup(table, device, d)
         if rate is not None and speedup is not None:
             return rate * speedup, (f"{model} ({kind}, {where}) priced from {_label(table, d)} by the measured "
-                                    f"speed-up of {_label(table, device)} over it ({speedup:.0f}x)")
-    return None, ""
+                                    f"speed-up of {_label(table, device)} over it ({speedup:.0f}x)"), source
+    return None, "", device
 
 
 def _speedup(table: dict[str, Any], device: str, other: str) -> float | None:

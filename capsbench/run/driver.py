@@ -42,6 +42,7 @@ from capsbench.tracking import Tracker, environment_tags, flatten, git_state
 from capsbench.util.atomic import atomic_file, write_text
 from capsbench.util.folders import new_run_folder, publish_latest, run_stamp
 from capsbench.util.hashing import package_hash
+from capsbench.util.pace import Pace
 from capsbench.util.progress import Progress
 from capsbench.util.signals import shielded
 
@@ -242,17 +243,18 @@ def _launch(cfg: DictConfig, todo: list[UnitSpec], store: UnitStore, done: dict[
             live: LiveUnits) -> None:
     """Run the missing units; keep and log each result as it arrives (a kill later loses none of them). The bar
     counts each unit's work in seconds as the cost model prices it on this device (capsbench.run.cost_model) and
-    credits it as the unit reports it (each training epoch, its measuring), so its first time left is the cost
-    model's and later ones the work left at the rate measured so far."""
+    credits it as the unit reports it (each training epoch, its measuring); its time left starts at the cost model's,
+    its basis said, and learns the rate this run shows (capsbench.util.pace)."""
     failures = 0
     work = plan_work(todo)
     device, table = device_key(cfg.device), rates(cfg.cache_dir)
     seconds = priced_work(todo, work, device, table)
     credits = Credits(seconds, todo, declared=work)
     estimate = price(todo, work, device, table)
-    log.info("%d unit(s) to run: %s on %s by the cost model%s", len(todo), estimate.words(), estimate.device,
-             f" ({estimate.why})" if estimate.why else "")
-    with Progress("units", sum(w.total for w in seconds.values()), unit="s", leave=True) as bar:
+    log.info("%d unit(s) to run: %s by the cost model, %s%s", len(todo), estimate.words(),
+             estimate.basis or f"on {estimate.device}", f" ({estimate.why})" if estimate.why else "")
+    total = sum(w.total for w in seconds.values())
+    with Progress("units", total, unit="s", leave=True, pace=Pace.priced(total, total)) as bar:
         bar.note(f"0/{len(todo)} done")
 
         def on_event(event: UnitEvent) -> None:

@@ -12,7 +12,7 @@ from capsbench.run.store import UnitStore
 
 def describe(plan: Plan, gpu: str | None) -> dict[str, Any]:
     """The plan as data: per section its suite, budget, models, seeds, units still to run (a finished unit in the
-    unit store is not run again), checkpoints to train and its estimate; the total on the device."""
+    unit store is not run again), checkpoints to train and its estimate; the total on the device, and its basis."""
     cfg = plan.cfg
     device = device_key(cfg.device, gpu)
     table = rates(cfg.cache_dir)
@@ -38,7 +38,7 @@ def describe(plan: Plan, gpu: str | None) -> dict[str, Any]:
         })
     total = price(todo_all, plan_work(todo_all), device, table)
     return {"device": total.device, "sections": sections, "minutes": total.minutes, "estimate": total.words(),
-            "why": total.why, "notes": [line for _, line in plan.notes]}
+            "basis": total.basis, "why": total.why, "notes": [line for _, line in plan.notes]}
 
 
 def lines(described: dict[str, Any]) -> list[str]:
@@ -49,6 +49,6 @@ def lines(described: dict[str, Any]) -> list[str]:
         out.append(f"{s['section']}: {s['suite']} at budget={s['budget']} on {s['dataset']}, models "
                    f"{', '.join(s['models'])}, seeds {s['seeds']}: {s['to_run']} of {s['units']} units to run, "
                    f"{s['to_train']} checkpoints to train; {minutes}" + (f" ({s['why']})" if s["why"] else ""))
-    out.append(f"dry run: {described['estimate']} on {described['device']}"
+    out.append(f"dry run: {described['estimate']}, {described['basis'] or 'on ' + described['device']}"
                + (f" ({described['why']})" if described["why"] else "") + "; nothing was run or written")
     return out

@@ -3,7 +3,8 @@ asked for: capsbench.evaluate in a notebook), whose clock a ticker thread refres
 runs for minutes; off a terminal, a plain log line when a stage changes what it does and at least every LOG_EVERY
 seconds while work goes on; nothing with --quiet. Log lines go through tqdm's logging redirect (`redirect_logging`),
 so they never land on a bar's line. A unit's measuring reports the work it has done (`measured`) to whoever listens
-(`on_measured`): the driver credits it to the units' bar as it happens."""
+(`on_measured`): the driver credits it to the units' bar as it happens. A stage whose work was priced before it ran
+(the units) takes its time left from its Pace (capsbench.util.pace): the price blended with the rate seen."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterator
 
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
+
+from capsbench.util.pace import Pace
 
 LOG_EVERY = 30.0  # at most this many seconds between plain progress lines when stderr is not a terminal
 REFRESH_EVERY = 1.0  # seconds between redraws of the bars on a terminal (their elapsed clocks keep moving)
@@ -90,18 +93,21 @@ class Progress:
     """Work done of `total` (any unit: units weighted by their declared cost, batches, attack row-steps): a tqdm bar
     on a terminal, log lines elsewhere. `note` sets what the stage is doing (logged once, at once, off a terminal);
     `show` sets a live detail (e.g. rows left) shown on the bar and in the periodic lines. The time left is the
-    work left at the rate measured so far, so work of unequal cost is weighted by it, not counted."""
+    work left at the rate measured so far, so work of unequal cost is weighted by it, not counted; with a `pace`, at
+    the price blended with that rate, from the first line on."""
 
     def __init__(self, desc: str, total: float | None, *, unit: str = "it", leave: bool = False,
-                 count: str = "") -> None:
+                 count: str = "", pace: Pace | None = None) -> None:
         self.desc, self.total, self.done, self.status, self.detail = desc, total, 0.0, "", ""
         self.count = count  # what `done` counts, for lines off a terminal (e.g. "row-steps"); empty: percent only
+        self.pace = pace
         self._start = self._last = time.monotonic()
         tty = sys.stderr.isatty() or (_bars and "ipykernel" in sys.modules)  # no cursor codes into a log file
         self._bar = None
         if not _quiet and tty:  # smoothing 0: the time left is the work left at the average rate, as in line()
-            self._bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True, smoothing=0,
+            self._bar = _Bar(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True, smoothing=0,
                              bar_format=BAR_FORMAT if total else OPEN_FORMAT)
+            self._bar.stage = self
         self._lines = not _quiet and not tty
         with _lock:
             _open.append(self)
@@ -159,9 +165,19 @@ class Progress:
         elif self.count:
             parts.append(f"{self.done:,.0f} {self.count} done")
         parts.append(f"{_minutes(elapsed)} elapsed")
-        if self.total and 0 < self.done < self.total:
-            parts.append(f"about {_minutes(elapsed / self.done * (self.total - self.done))} left")
+        if (left := self.left()) is not None:
+            parts.append(f"about {_minutes(left)} left")
         return f"{self.desc}: " + ", ".join(parts)
+
+    def left(self) -> float | None:
+        """Seconds left: by the pace where there is one, else the work left at the rate seen (None before any work
+        is done, or with no total)."""
+        if not self.total or self.done >= self.total:
+            return None
+        elapsed = time.monotonic() - self._start
+        if self.pace is not None:
+            return self.pace.left(self.done, self.total, elapsed)
+        return elapsed / self.done * (self.total - self.done) if self.done > 0 else None
 
     def _postfix(self) -> None:
         if self._bar is not None:
@@ -179,6 +195,20 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Bar(tqdm):
+    """A tqdm bar whose time left is its stage's (Progress.left), not only the rate it saw."""
+
+    stage: Progress | None = None
+
+    @property
+    def format_dict(self) -> dict:
+        out = super().format_dict
+        left = self.stage.left() if self.stage is not None else None
+        if left is not None and left > 0:  # tqdm prints (total - n) / rate as the time left
+            out["rate"] = (out["total"] - out["n"]) / left
+        return out
 
 
 def _minutes(seconds: float) -> str:
