@@ -93,7 +93,7 @@ class OnePass(RowAttack):
     def __init__(self, one: Pass) -> None:
         self.one = one
 
-    def passes(self, eps: float, num_classes: int) -> list[Pass]:
+    def passes(self, eps: float, num_classes: int, norm: str = "linf") -> list[Pass]:
         return [self.one]
 
 

@@ -121,7 +121,7 @@ class OnePass(RowAttack):
     def __init__(self, loss: str, target: int = 0) -> None:
         self.loss, self.target = loss, target
 
-    def passes(self, eps, num_classes):
+    def passes(self, eps, num_classes, norm="linf"):
         return [Pass(RawEvidenceObjective(), self.loss, APGDStep(), 20, target=self.target, random_start=False)]
 
 

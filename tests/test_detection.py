@@ -66,7 +66,7 @@ class _Rejected(RowAttack):
     def __init__(self, objective: Objective) -> None:
         self.objective = objective
 
-    def passes(self, eps, num_classes):
+    def passes(self, eps, num_classes, norm="linf"):
         return [Pass(self.objective, "ce", SignStep(1.0), 3, random_start=False)]
 
 

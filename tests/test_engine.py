@@ -224,7 +224,7 @@ class MIFGSM(RowAttack):
     def budget(self, num_classes):
         return f"10 steps of eps/10, momentum decay {self.decay:g}"
 
-    def passes(self, eps, num_classes):
+    def passes(self, eps, num_classes, norm):
         return [Pass(Objective(), "ce", MomentumStep(self.decay), 10, random_start=False)]
 '''
 
@@ -243,6 +243,8 @@ def test_an_attack_with_a_setting_of_its_own_runs_through_the_cli_with_no_other_
               "params.ensemble=[]", "tracking.enabled=false"]
     refused = CliRunner().invoke(app, [*common, "params.attack_args.mifgsm.decay=-1"])
     assert refused.exit_code == 2 and "params.attack_args.mifgsm.decay must be a number >= 0" in refused.output
+    in_l2 = CliRunner().invoke(app, [*[a.replace("suite=robustness", "suite=robustness_l2") for a in common]])
+    assert in_l2.exit_code == 2 and "attack 'mifgsm' has no l2 form (it has: linf)" in in_l2.output
     result = CliRunner().invoke(app, [*common, "params.attack_args.mifgsm.decay=0.5"])
     assert result.exit_code == 0, result.output
     table = (tmp_path / "out" / "robustness" / "table.md").read_text()

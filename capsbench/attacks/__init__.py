@@ -49,6 +49,11 @@ class AttackEntry:
         return bool(class_literal(self.target, "MINIMAL", False))
 
     @functools.cached_property
+    def norms(self) -> tuple[str, ...]:
+        """The threat models it has a form for (a robustness suite's NORM must be one)."""
+        return tuple(class_literal(self.target, "NORMS", ("linf",)))
+
+    @functools.cached_property
     def label(self) -> str:
         return str(class_literal(self.target, "LABEL"))
 

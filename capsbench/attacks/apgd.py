@@ -26,6 +26,7 @@ class APGD(RowAttack):
     attacks = "the raw class evidence (CNN logits; pre-squash norms, EM's pre-sigmoid logits, class activations)"
     LABEL = "APGD"
     ORDER = 20
+    NORMS = ("linf", "l2")
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "restarts": "int [1, inf)", "long_steps": "int [1, inf)",
                        "long_eps": "[0, inf)"}
     loss = "margin"

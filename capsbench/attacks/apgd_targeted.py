@@ -17,6 +17,7 @@ class APGDTargeted(APGD):
     name = "apgd_targeted"
     LABEL = "APGD-T"
     ORDER = 30
+    NORMS = ("linf", "l2")
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "targets": "int [0, inf)", "long_steps": "int [1, inf)",
                        "long_eps": "[0, inf)"}
     loss = "targeted_dlr"

@@ -19,6 +19,7 @@ class AutoAttack(LibraryAttack):
     attacks = "the model's attack logits (APGD-CE, APGD-T, FAB-T, Square)"
     LABEL = "AutoAttack"
     ORDER = 90
+    NORMS = ("linf", "l2")
 
     def __init__(self) -> None:
         pass

@@ -92,7 +92,7 @@ class Attack:
     WHITE_BOX: ClassVar[bool] = True
     DEFENDED: ClassVar[bool] = False
     ARGUMENT_RANGES: ClassVar[dict[str, object]] = {}
-    NORMS: ClassVar[tuple[str, ...]] = ("linf", "l2")  # the threat models it has a form for
+    NORMS: ClassVar[tuple[str, ...]] = ("linf",)  # the threat models it has a form for
 
     def for_norm(self, norm: str) -> Attack:
         """The attack's form in threat model `norm` (itself, where one class serves every norm)."""

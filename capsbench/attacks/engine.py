@@ -74,11 +74,12 @@ class _Group:
     rule: StepRule
     start: int
     end: int
+    final: bool = False  # every row is at its last iterate: judged, never moved, so forwarded without autograd
 
     @property
     def kind(self) -> tuple[str, bool]:
         """(forward pass, whether it needs the input gradient): rows of one kind share a model call."""
-        return self.objective.forward, self.rule.needs_gradient
+        return self.objective.forward, self.rule.needs_gradient and not self.final
 
 
 @dataclass
@@ -148,7 +149,7 @@ class RowEngine:
         """The one read of an iterate window: rows that finished leave (their outcomes go to the schedule), rows the
         schedule cancelled are dropped, and new rows fill the room."""
         self._underway = 0
-        keep = np.zeros(0, dtype=np.int64)
+        keep, t = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         if len(pool.rows):
             done, broken, t = self._read(pool)
             if self.settings.precision != "fp32":
@@ -161,7 +162,7 @@ class RowEngine:
         new = schedule.admit(self.settings.batch_size - len(keep))
         if len(keep) == len(pool.rows) and not len(new):
             return pool  # nothing left and nothing entered: the pool as it was
-        return self._pack(pool, keep, new, schedule)
+        return self._pack(pool, keep, t[keep], new, schedule)
 
     def _read(self, pool: _Pool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(done, broken, t) of every row in the pool, in one copy to the host."""
@@ -201,14 +202,19 @@ class RowEngine:
             decided = decisions(self.model, x)
         return decided
 
-    def _pack(self, pool: _Pool, keep: np.ndarray, new: Rows, schedule: Schedule) -> _Pool:
-        """The pool of the kept rows and the new ones, sorted into groups (forward pass, objective, loss, rule)."""
+    def _pack(self, pool: _Pool, keep: np.ndarray, t: np.ndarray, new: Rows, schedule: Schedule) -> _Pool:
+        """The pool of the kept rows (at iterates t) and the new ones, sorted into groups (forward pass, objective,
+        loss, rule, and whether the rows are at their last iterate, known here when the pool is read every
+        iterate)."""
         arriving = schedule.passes(new)
         by_rule = sorted(range(len(new)), key=lambda r: (repr(arriving[r].rule), not arriving[r].random_start, r))
         new = new.take(np.array(by_rule, dtype=np.int64))
         rows = Rows.concat([pool.rows.take(keep), new])
         passes = schedule.passes(rows)
-        keys = [(p.objective.forward, p.rule.needs_gradient, repr(p.objective), p.loss, repr(p.rule)) for p in passes]
+        at = np.concatenate([t, np.zeros(len(new), dtype=np.int64)])
+        final = [self.settings.compact_every == 1 and int(at[r]) >= p.steps for r, p in enumerate(passes)]
+        keys = [(p.objective.forward, p.rule.needs_gradient and not final[r], repr(p.objective), p.loss, repr(p.rule))
+                for r, p in enumerate(passes)]
         order = np.array(sorted(range(len(rows)), key=lambda r: (keys[r], r)), dtype=np.int64)
         fresh = self._fresh(new, passes[len(keep):])
         moved = self._device(np.concatenate([keep, order]))  # one copy to the device for both
@@ -222,7 +228,7 @@ class RowEngine:
                     and keys[order[position - 1]] == keys[r]:
                 groups[-1].end += 1
             else:
-                groups.append(_Group(p.objective, p.loss, p.rule, position, position + 1))
+                groups.append(_Group(p.objective, p.loss, p.rule, position, position + 1, final[r]))
         return _Pool(rows, state, groups)
 
     def _device(self, array: np.ndarray) -> torch.Tensor:
@@ -314,7 +320,7 @@ class RowEngine:
         st, early = pool.state, self.settings.early_exit
         self.counts.iterates += 1
         for forward, start, end, groups in pool.segments():
-            gradient = groups[0].rule.needs_gradient
+            gradient = groups[0].kind[1]
             xs = st["x"][start:end].detach().requires_grad_(gradient)
             with torch.set_grad_enabled(gradient), autocast(self.device.type, self.settings.precision):
                 self.counts.forwards += 1
@@ -343,6 +349,8 @@ class RowEngine:
             leaving = (st["broken"][live] | (st["eps"][live] == 0)) if early else torch.zeros_like(newly)
             st["done"][live] |= leaving | (st["t"][live] >= st["steps"][live])
             for g, f in zip(groups, losses):
+                if g.final:
+                    continue  # each row finished at this iterate (t = steps): nothing moves
                 rows = slice(g.start, g.end)
                 view = {name: value[rows] for name, value in st.items()}
                 view["mark_table"] = self._marks

@@ -22,6 +22,7 @@ class FAB(MinimalAttack):
     LABEL = "FAB"
     MINIMAL = True
     ORDER = 110
+    NORMS = ("linf", "l2")
     ARGUMENT_RANGES = {"steps": "int [1, inf)"}
 
     def __init__(self, *, steps: int = 100) -> None:

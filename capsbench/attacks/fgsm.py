@@ -16,6 +16,7 @@ class FGSM(RowAttack):
     attacks = "the model's attack logits (log-normalised capsule lengths; CNN logits)"
     LABEL = "FGSM"
     ORDER = 70
+    NORMS = ("linf", "l2")
 
     def __init__(self) -> None:
         pass

@@ -20,6 +20,7 @@ class FMN(MinimalAttack):
     LABEL = "FMN"
     MINIMAL = True
     ORDER = 100
+    NORMS = ("linf", "l2")
     ARGUMENT_RANGES = {"steps": "int [1, inf)"}
 
     def __init__(self, *, steps: int = 100) -> None:

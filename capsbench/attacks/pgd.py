@@ -17,6 +17,7 @@ class PGD(RowAttack):
     attacks = "the model's attack logits (log-normalised capsule lengths; CNN logits)"
     LABEL = "PGD"
     ORDER = 60
+    NORMS = ("linf", "l2")
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "step_ratio": "(0, inf)", "restarts": "int [1, inf)"}
     objectives = (Objective(),)
     losses = ("ce", "margin")

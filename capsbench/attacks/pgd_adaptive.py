@@ -38,6 +38,7 @@ class AdaptivePGD(PGD):
     )
     LABEL = "PGD adaptive"
     ORDER = 40
+    NORMS = ("linf", "l2")
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "step_ratio": "(0, inf)", "restarts": "int [1, inf)",
                        "targets": "int [0, inf)"}
     objectives: tuple[Objective, ...] = (PreSquashObjective(), AdaptiveObjective())

@@ -21,6 +21,7 @@ class DetectionAwarePGD(AdaptivePGD):
                "success = misclassified and not flagged")
     LABEL = "PGD detection-aware"
     ORDER = 10
+    NORMS = ("linf", "l2")
     DEFENDED = True
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "step_ratio": "(0, inf)", "restarts": "int [1, inf)",
                        "targets": "int [0, inf)", "weight": "[0, inf)", "threshold": "(0, inf)"}

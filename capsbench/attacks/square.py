@@ -21,6 +21,7 @@ class Square(RowAttack):
     attacks = "the model's attack logits through queries only (no gradients)"
     LABEL = "Square"
     ORDER = 80
+    NORMS = ("linf", "l2")
     WHITE_BOX = False
     ARGUMENT_RANGES = {"queries": "int [1, inf)", "p_init": "(0, 1]"}
 

@@ -19,6 +19,7 @@ class VoteAttack(PGD):
     attacks = "the capsule votes: squash(mean over input capsules of the votes), uniform coupling, no routing"
     LABEL = "Vote"
     ORDER = 50
+    NORMS = ("linf", "l2")
     ARGUMENT_RANGES = {"steps": "int [1, inf)", "step_ratio": "(0, inf)", "restarts": "int [1, inf)"}
     objectives = (VoteObjective(),)
 

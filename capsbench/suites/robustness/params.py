@@ -75,6 +75,11 @@ class RobustnessParams:
                 known = [n for n in CATALOG.names() if CATALOG.get(n).minimal]
                 raise CapsbenchError(f"params.minimal names minimum-norm attacks ({', '.join(known)}), got {a!r}")
         named = [a for key in lists for a in p[key]]
+        norm = suite_norm(cfg.suite)
+        formless = [a for a in [*named, *p.minimal] if norm not in CATALOG.get(a).norms]
+        if formless:
+            raise CapsbenchError(f"attack {formless[0]!r} has no {norm} form (it has: "
+                                 f"{', '.join(CATALOG.get(formless[0]).norms)}): leave it out of suite={cfg.suite}")
         fixed = [a for a in named if CATALOG.get(a).minimal]
         if fixed:
             raise CapsbenchError(f"{fixed[0]} is a minimum-norm attack: list it in params.minimal, not with the "
