@@ -93,7 +93,8 @@ def test_entry_points_are_listed_and_run_like_built_in_names(cli_probe, tmp_path
     probe = cli_probe(["list", "models"], ["list", "models", "--format", "json"],
                       ["show-config", "suite=accuracy", "models=[epcaps]"], cwd=tmp_path, env=_env(tmp_path / "site"))
     assert probe.codes == [0, 0, 0], probe.stderr
-    assert "epcaps         [external, entry point of fakecaps 0.1: byo_models.caps:Caps] Class capsules" in probe.stdout
+    assert re.search(r"^epcaps +\[external, entry point of fakecaps 0\.1: byo_models\.caps:Caps\] Class capsules",
+                     probe.stdout, re.M)
     rows = {r["name"]: r for r in json.loads(probe.stdout[probe.stdout.index("[\n {"):probe.stdout.rindex("]") + 1])}
     assert rows["capsnet"]["class"] == "capsbench.models.capsnet:CapsNet"  # an entry point never shadows a built-in
     assert rows["epcaps"]["external"] == "entry point of fakecaps 0.1"

@@ -103,7 +103,8 @@ def test_the_example_trained_by_its_plain_script_through_cli_api_and_robustness(
     cli = ["-m", "capsbench.cli", "run", "budget=smoke", "device=cpu", "tracking.enabled=false",
            f"weights.tinycaps={weights}", "model_args.tinycaps.conv_channels=8"]
     listed = run("-m", "capsbench.cli", "list", "models")
-    assert "tinycaps       [external, entry point of tinycaps 0.1.0: tinycaps.model:TinyCaps]" in listed
+    assert re.search(r"^tinycaps +\[external, entry point of tinycaps 0\.1\.0: tinycaps\.model:TinyCaps\]", listed,
+                     re.M)
     run(*cli, "suite=accuracy", "models=[tinycaps]", f"data.test_subset={N}", "data.test_subset_draw=head",
         f"output_dir={tmp_path / 'cli'}")
     assert _test_accuracy(tmp_path / "cli") == (100.0 * correct / N, N)

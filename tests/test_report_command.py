@@ -128,3 +128,19 @@ def test_report_embeds_figures_and_flags_short_budgets(tmp_path):
     assert "Run `r1` started 2026-11-21 00:00 UTC" in text and "defaults: none." in text
     assert "accuracy: acc against eps; budget quick; n = 500 test items; seeds 0, 1" in text  # the figure's caption
     assert "\\includegraphics[width=3.3in]{accuracy/acc_vs_eps.pdf}" in render_latex(doc, root)
+
+
+def test_a_figure_caption_names_the_attacks_measured_not_a_phase_timed(tmp_path):
+    from datetime import datetime, timezone
+
+    import pandas as pd
+
+    from capsbench.reporting.document import Run, Section, figure_caption
+    from capsbench.reporting.outputs import SuiteOutput
+
+    frame = pd.DataFrame({"n": [100.0, 100.0, 100.0, None], "attack": ["fgsm", "apgd", "worst_case", "row_engine"]})
+    stem = tmp_path / "robustness" / "robust_accuracy_vs_eps"
+    section = Section("robustness", "robust accuracy", SuiteOutput([], [stem], {}, frame), "smoke", "0.1.0", ["mnist"],
+                      [Run("r1", datetime(2026, 11, 21, tzinfo=timezone.utc), "[0]")], {"capsnet": [0]}, {}, {})
+    caption = figure_caption(section, stem)
+    assert "attacks fgsm, apgd (worst case: per image, over all of them)" in caption and "row_engine" not in caption

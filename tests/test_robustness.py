@@ -93,7 +93,9 @@ def test_flags_stay_quiet_on_a_normal_model():
     assert fired(records) == set()
     # the capsule-adaptive attacks do not apply to a CNN: skipped with a reason, so their check has nothing to compare
     assert {r["attack"] for r in records if r["metric"] == "attack_skipped"} == {"pgd_adaptive", "vote"}
-    assert {r["check"] for r in records if r["metric"] == "sanity_flag"} == set(CHECKS) - {"adaptive_stronger"}
+    # no minimum-norm attack ran (params.minimal is empty): its check has nothing to compare either
+    assert {r["check"] for r in records if r["metric"] == "sanity_flag"} == set(CHECKS) - {"adaptive_stronger",
+                                                                                           "minimal_within_bound"}
     assert [r["value"] for r in records if r["metric"] == "sanity_flags"] == [0.0]
 
 
@@ -278,7 +280,8 @@ def test_robustness_smoke_end_to_end(tmp_path, mnist_root):
             assert robust[("worst_case", eps)]["value"] <= r["value"]
         assert all(robust[(a, 0.0)]["value"] == clean for a in attacks)
         flags = {r["check"]: r["value"] for r in mine if r["metric"] == "sanity_flag"}
-        expected_checks = set(CHECKS) if model == "capsnet" else set(CHECKS) - {"adaptive_stronger"}
+        unmeasured = {"minimal_within_bound"} | (set() if model == "capsnet" else {"adaptive_stronger"})
+        expected_checks = set(CHECKS) - unmeasured
         assert set(flags) == expected_checks and flags["eps0_equals_clean"] == 0.0
         recomputed = {f.check: float(f.fired) for f in sanity_flags(mine, near_zero=1.0)}
         assert flags == recomputed

@@ -98,7 +98,8 @@ def figure_caption(s: Section, stem: Path) -> str:
     if ns:
         parts.append("n = " + "/".join(f"{v:,}" for v in ns) + " test items")
     if "attack" in frame:
-        attacks = [str(a) for a in frame["attack"].dropna().unique() if a not in ("worst_case",)]
+        measured = frame[frame["n"].notna()] if "n" in frame else frame  # counts of images, not a phase's timing
+        attacks = [str(a) for a in measured["attack"].dropna().unique() if a not in ("worst_case",)]
         parts.append("attacks " + ", ".join(attacks) + (" (worst case: per image, over all of them)"
                                                         if "worst_case" in set(frame["attack"]) else ""))
     seeds = sorted({v for v in s.seeds.values() for v in v})

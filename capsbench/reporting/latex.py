@@ -68,10 +68,14 @@ _TEX = {
 _BREAK_AFTER = {"/": "/\\allowbreak{}", "_": "\\_\\allowbreak{}"}  # paths, URIs and identifiers may break in prose
 
 
+_DOTTED = re.compile(r"(?<=[A-Za-z])\.(?=[A-Za-z])")  # the dot inside a dotted name (params.ensemble), not a number's
+
+
 def tex(text: str) -> str:
     """Plain text as LaTeX that prints it: every special character escaped (OT1-safe: `>` is not `¿`); a line may
-    break after `/` and `_`, so a long path or identifier in a paragraph never overflows it."""
-    return "".join(_BREAK_AFTER.get(ch) or _TEX.get(ch, ch) for ch in str(text))
+    break after `/`, `_` and a dotted name's dot, so a long path or identifier in a paragraph never overflows it."""
+    escaped = "".join(_BREAK_AFTER.get(ch) or _TEX.get(ch, ch) for ch in str(text))
+    return _DOTTED.sub(lambda _: ".\\allowbreak{}", escaped)
 
 
 def math(text: str) -> str:
