@@ -71,7 +71,8 @@ def test_the_report_compiles_as_latex(workflow, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     root = out / "report"
     text = compile_latex((root / "report.tex").read_text(), root)
-    assert all(any(suite in page for page in text) for suite in SUITES)
+    # OT1's \_ is a rule, not a character: pdftotext reads robustness_l2's heading as "robustness l2"
+    assert all(any(suite.replace("_", " ") in page for page in text) for suite in SUITES)
 
 
 @pytest.mark.parametrize("suite", SUITES)
