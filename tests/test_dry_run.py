@@ -14,6 +14,7 @@ from capsbench.run.plan import plan
 from capsbench.run.units import UnitResult
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_dry_run_of_a_cuda_plan_on_a_machine_without_one_prints_gpu_minutes_and_writes_nothing(
         tmp_path, cli_probe, mnist_root):
     out = tmp_path / "out"
@@ -61,6 +62,7 @@ def test_a_gpu_nobody_measured_is_priced_from_one_that_was_by_published_peak(tmp
     assert estimate.basis == "priced from the measured rates of H200"
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_dry_run_of_the_paper_claims_prices_the_default_gpu_on_a_machine_without_one(tmp_path, cli_probe,
                                                                                        mnist_root):
     probe = cli_probe(["run", "suite=claims", "budget=paper", "device=cuda", f"data.root={mnist_root}",

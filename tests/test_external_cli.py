@@ -78,6 +78,7 @@ def test_bad_outside_models_are_rejected_before_torch_loads(cli_probe, tmp_path)
     assert probe.heavy == []
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_bad_code_weights_and_outputs_are_one_line_before_anything_is_written(cli_probe, tmp_path, mnist_root):
     torch.save({"w": torch.zeros(1)}, tmp_path / "wrong.pt")
     _probe(cli_probe, AT_PREFLIGHT, tmp_path, {**_env(_user_modules(tmp_path)), "CAPSBENCH_DATA": str(mnist_root)})
@@ -113,6 +114,7 @@ print(plan(cfg)[0].key, content_key(training_identity(cfg, "ext", 0, make_splits
 """
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_keys_change_when_the_users_source_changes_and_only_then(tmp_path):
     copy = tmp_path / "pkg" / "byo_models"
     shutil.copytree(TESTS / "byo_models", copy, ignore=shutil.ignore_patterns("__pycache__"))

@@ -147,6 +147,7 @@ def stalled(tmp_path: Path, mnist_root: Path, where: str) -> subprocess.Popen:
 
 @pytest.mark.parametrize("sig, code, first", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
                                               (signal.SIGINT, 130, "interrupted")])
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_signal_ends_every_open_run_killed_with_one_line(tmp_path, mnist_root, sig, code, first):
     proc = stalled(tmp_path, mnist_root, "unit")
     proc.send_signal(sig)
@@ -159,6 +160,7 @@ def test_a_signal_ends_every_open_run_killed_with_one_line(tmp_path, mnist_root,
     assert len(list((tmp_path / "out" / "accuracy" / "units").glob("*.json"))) == 1  # the finished unit is kept
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_kill_while_a_unit_is_logged_is_cleaned_up_by_the_next_run(tmp_path, mnist_root, synthetic):
     proc = stalled(tmp_path, mnist_root, "logging")
     proc.send_signal(signal.SIGKILL)

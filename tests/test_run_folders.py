@@ -5,6 +5,7 @@ and MLflow store stay shared; the default output folder is not results/, and a d
 import subprocess
 from datetime import datetime, timezone
 
+import pytest
 from composing import compose
 from conftest import REPO, make_splits
 from omegaconf import OmegaConf
@@ -46,6 +47,7 @@ def test_the_latest_copy_replaces_only_what_the_previous_copy_put_there(tmp_path
     assert (latest / "units" / "k.json").exists()  # the unit store is never touched
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_default_run_in_a_clone_leaves_git_status_clean(tmp_path, cli_probe, mnist_root):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)

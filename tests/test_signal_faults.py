@@ -110,6 +110,7 @@ def statuses(out: Path) -> list[str]:
     return [r.info.status for r in client.search_runs([client.get_experiment_by_name("capsbench").experiment_id])]
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_signal_during_an_mlflow_write_and_another_while_runs_end_is_one_line(tmp_path, mnist_root):
     """The write the signal cuts short holds the store locked until capsbench lets go of it: the run is marked KILLED
     at once, quietly; a second signal while that happens changes nothing."""
@@ -124,6 +125,7 @@ def test_a_signal_during_an_mlflow_write_and_another_while_runs_end_is_one_line(
     assert statuses(tmp_path) == ["KILLED"]
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_store_another_process_keeps_locked_is_left_to_the_next_run_and_the_line_says_so(tmp_path, mnist_root):
     proc = write_paused(tmp_path, mnist_root, "before")
     other = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)

@@ -87,6 +87,7 @@ print(json.dumps(codes))
 """
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_no_home_lang_c_an_odd_path_stdin_closed_and_stdout_piped(tmp_path, mnist_root):
     out = tmp_path / "runs? #2 50%41 späť"
     env = {k: v for k, v in os.environ.items() if k not in ("HOME", "MLFLOW_TRACKING_URI")}
@@ -142,6 +143,7 @@ def logged(out: Path) -> None:
     tracker.finish_parent(parent, {}, [paths["records.csv"]])
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_two_reports_while_a_run_writes_the_same_store(tmp_path, mnist_root):
     logged(tmp_path)
     marker = tmp_path / "paused"

@@ -191,6 +191,7 @@ main()
 """
 
 
+@pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores
 def test_a_forward_pass_that_hangs_in_the_check_before_work_is_named_within_seconds(tmp_path, user, mnist_root):
     path, _ = user
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path.parent), str(REPO / "tests")])}
