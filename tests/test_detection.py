@@ -11,9 +11,9 @@ from test_robustness import BandModel, measure
 
 from capsbench import create_model
 from capsbench.attacks import EngineSettings, run_attack
-from capsbench.attacks.base import REJECTED, Pass, RowAttack
+from capsbench.attacks.base import Pass, RowAttack
 from capsbench.attacks.detector import distances, fit_detector, threshold_for
-from capsbench.attacks.objectives import Objective
+from capsbench.attacks.objectives import REJECTED, Objective
 from capsbench.attacks.step_rules import SignStep
 from capsbench.models.base import SoftmaxClassifier
 

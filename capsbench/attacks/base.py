@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from capsbench.attacks.objectives import Objective
     from capsbench.attacks.step_rules import StepRule
 
-REJECTED = -1  # a defended model's decision on an input its detector flags: never counts as the attack's success
-
-
 @dataclass(frozen=True)
 class EngineSettings:
     """What every attack of a run shares.

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from capsbench.attacks.base import (
-    REJECTED,
     Attack,
     AttackResult,
     EngineSettings,
@@ -29,7 +28,7 @@ from capsbench.attacks.base import (
     without_unused_heads,
 )
 from capsbench.attacks.losses import TARGETED, loss_values
-from capsbench.attacks.objectives import FORWARDS, Objective
+from capsbench.attacks.objectives import FORWARDS, REJECTED, Objective
 from capsbench.attacks.schedule import Job, Rows, Schedule
 from capsbench.attacks.step_rules import StepRule, mark_table, per_row, state_fields
 from capsbench.models import Classifier
