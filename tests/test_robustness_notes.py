@@ -25,3 +25,14 @@ def test_the_budget_lines_name_the_attacks_that_ran_in_their_order():
     records = [r for r in fixtures.robustness() if r.get("attack") not in ("pgd_adaptive", "vote")]
     lines = [n for n in RobustnessSuite().notes(records, params) if n.startswith("budget on capsnet")]
     assert lines and "pgd_adaptive" not in lines[0] and lines[0].index("fgsm") < lines[0].index("apgd_targeted")
+
+
+def test_a_check_that_ran_for_some_models_only_is_named_with_them():
+    params = OmegaConf.structured(RobustnessParams())
+    cnn = [r for r in fixtures.robustness_default() if r["model"] == "cnn_9x9"]
+    caps = [{**r, "model": "capsnet"} for r in cnn]
+    caps.append({**caps[0], "metric": "sanity_flag", "value": 0.0, "check": "adaptive_stronger"})
+    (passed,) = [n for n in RobustnessSuite().notes(cnn + caps, params) if n.startswith("sanity checks passed")]
+    every, _, rest = passed.partition(";")
+    assert "near_zero_at_max_eps" in every and "adaptive_stronger" not in every
+    assert rest.strip() == "adaptive_stronger, which ran for capsnet only"

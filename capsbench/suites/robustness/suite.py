@@ -195,13 +195,12 @@ class RobustnessSuite(Suite):
         groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
         for r in records:
             groups[(r["model"], r["dataset"], r["seed"])].append(r)
-        ran = [c for c in CHECKS if any(r["metric"] == "sanity_flag" and r.get("check") == c for r in records)]
         lines = [
             f"FLAG {model} / {dataset} seed {seed}: {f.check} ({CHECKS[f.check]}): {f.detail}"
             for (model, dataset, seed), rows in groups.items()
             for f in sanity_flags(rows, near_zero=params.near_zero)
             if f.fired
-        ] or ([f"sanity checks passed for every model and seed: {', '.join(ran)}"] if ran else [])
+        ] or _passed_line(groups)
         skipped = {(r["model"], r["attack"], r["reason"]) for r in records if r["metric"] == "attack_skipped"}
         lines += [f"{attack} not run on {model}: {reason}" for model, attack, reason in sorted(skipped)]
         return lines + budget_lines(records, params, self.NORM)
@@ -295,4 +294,17 @@ class RobustnessL2Suite(RobustnessSuite):
         "(params.ensemble), the per-image worst case, each model's budget, masking checks"
     )
     layout = robustness_layout("L2")
+
+
+def _passed_line(groups: dict[tuple, list[dict[str, Any]]]) -> list[str]:
+    """The checks that ran and passed, as the records hold them: those of every (model, dataset, seed), then each
+    check that ran for some models only, naming them (a check that did not run is never said to have passed)."""
+    ran = {key: {r.get("check") for r in rows if r["metric"] == "sanity_flag"} for key, rows in groups.items()}
+    everywhere = [c for c in CHECKS if ran and all(c in checks for checks in ran.values())]
+    partly = {c: sorted({key[0] for key, checks in ran.items() if c in checks}) for c in CHECKS}
+    partly = {c: models for c, models in partly.items() if models and c not in everywhere}
+    if not everywhere and not partly:
+        return []
+    text = "sanity checks passed for every model and seed: " + (", ".join(everywhere) or "none ran for all")
+    return [text + "".join(f"; {c}, which ran for {', '.join(m)} only" for c, m in partly.items())]
 
