@@ -21,8 +21,10 @@ LINE = re.compile(r"^affine_worst cnn_sabour s0 suite=(\S+) coarse=(\S+) fine=(\
 
 @pytest.mark.slow
 def test_a_plain_loop_finds_the_suites_worst_case_and_a_finer_grid_breaks_no_fewer(tmp_path, mnist_root):
+    # threads named: a checkpoint's key holds the threads that trained it, and without threads= that is the process's
+    # torch setting, which earlier tests in this process may have changed (the script runs in a fresh one)
     settings = ["budget=smoke", "params.worst_images=300", f"output_dir={tmp_path}", f"data.root={mnist_root}",
-                "data.download=false", "device=cpu"]
+                "data.download=false", "device=cpu", "threads=1", f"cache_dir={tmp_path / 'ckpt'}"]
     result = CliRunner().invoke(app, ["run", "suite=affine", "models=[cnn_sabour]", "tracking.enabled=false",
                                       "--quiet", *settings])
     assert result.exit_code == 0, result.output

@@ -20,8 +20,10 @@ LINE = re.compile(r"^minimal_check cnn_sabour s0 suite=(\S+) cw=(\S+) cw_found=(
 
 @pytest.mark.slow
 def test_a_held_out_minimum_norm_attack_finds_no_smaller_perturbations_than_the_suite(tmp_path, mnist_root):
+    # threads named: a checkpoint's key holds the threads that trained it, and without threads= that is the process's
+    # torch setting, which earlier tests in this process may have changed (the script runs in a fresh one)
     settings = ["budget=smoke", "data.test_subset=60", f"output_dir={tmp_path}", f"data.root={mnist_root}",
-                "data.download=false", "device=cpu"]
+                "data.download=false", "device=cpu", "threads=1", f"cache_dir={tmp_path / 'ckpt'}"]
     result = CliRunner().invoke(app, ["run", "suite=robustness_l2", "models=[cnn_sabour]", "params.minimal=[fmn,fab]",
                                       "tracking.enabled=false", "--quiet", *settings])
     assert result.exit_code == 0, result.output
