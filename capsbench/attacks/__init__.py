@@ -1,7 +1,9 @@
-"""Attack registry: L-inf attacks on [0, 1] pixels judged by the classifier's own decision, one attack a module.
+"""Attack registry: attacks on [0, 1] pixels in the norms each declares (L-inf, L2), judged by the classifier's own
+decision, one attack a module.
 
 CATALOG holds each attack's class as "package.module:Class"; what the class declares (its label, its place in the
-tables, whether it reads gradients, its settings and their ranges) is read from its source without importing torch,
+tables, whether it reads gradients, its norms, its settings and their ranges) is read from its source without
+importing torch,
 so that `params.attack_args.<attack>.<argument>` is checked before anything heavy loads. build(name, args) imports the
 attack (and torch) and constructs it with the settings given.
 """
