@@ -40,6 +40,7 @@ CHOSEN_BY_CLAIMS = ("models", "dataset", "model_args", "model_train")  # each cl
 DEFAULT_SEEDS = [0, 1, 2]
 SMOKE_SEEDS = [0]  # smoke judges nothing: one seed runs every claim's path, in minutes
 TRAINING_KEYS = {"pgd": "adversarial", "affine": "augment"}  # a side's `training` -> model_train.<model>.<key>
+SIDES = ("better", "worse")
 DATA_ROOT = "<data.root>"  # stands for the data folder in the lines the claims files keep
 
 
@@ -129,19 +130,20 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
                                           budget=None) for cid, need in needs.items()}
     assumed = {c.id: needs[c.id].budget for c in runnable if _budget_unmet(c, needs[c.id], base.budget)}
     planned = [c for c in runnable if c.id not in assumed]
-    found, placed = _sections(planned, needs, base)
-    sections = _suite_sections(found, common, params, resolve=gpu is None)
-    used = {k for s in found for k in _own_params(s.suite, params)}
+    # one pass places every claim: a claim not planned lands at the budget it assumes, in sections of its own (no
+    # planned claim shares that budget and suite), after the planned claims' sections, which keep their keys
+    found, placed = _sections([*planned, *(c for c in runnable if c.id in assumed)], needs, base)
+    composed = _suite_sections(found, common, params, resolve=gpu is None)
+    mine = sorted({placed[(c.id, name)] for c in planned for name in SIDES})
+    sections = [composed[i] for i in mine]
+    used = {k for i in mine for k in _own_params(found[i].suite, params)}
     unused = sorted(set(params) - used)
     if unused:
         raise CapsbenchError(f"params.{unused[0]} is a setting of no suite the chosen claims run; drop it")
-    units = {
-        c.id: list({u.key: u for name in ("better", "worse") for u in sections[placed[(c.id, name)]].units
-                    if u.model == getattr(c, name).model}.values())
-        for c in planned
-    }
+    units = {c.id: _claim_units(c, composed, placed) for c in planned}
     estimates, everything = _estimates(planned, units, base, gpu)
-    unplanned = _unplanned([c for c in runnable if c.id in assumed], needs, assumed, common, params, base, gpu)
+    unplanned = {c.id: _unplanned(c, assumed[c.id], _claim_units(c, composed, placed), base, gpu)
+                 for c in runnable if c.id in assumed}
     downloads = {cid: lines for cid, lines in downloads.items() if cid in units}  # only what planned claims read
     claim_plan = ClaimPlan(Plan(base, sections), claims, units, lacking, downloads, needs, unplanned, estimates,
                            everything, bool(own.get("one_seed_verdicts")))
@@ -162,27 +164,23 @@ def _budget_unmet(claim: Claim, need: Need, budget: str) -> bool:
     return need.budget is not None and need.budget != budget and SUITES.get(claim.suite).needs_training
 
 
-def _unplanned(claims: list[Claim], needs: dict[str, Need], assumed: dict[str, str], common: Request,
-               params: dict[str, Any], base: DictConfig, gpu: str | None) -> dict[str, Unplanned]:
-    """Why each claim whose protocol assumes another budget is not planned, with what its units would cost at that
-    budget (planned once per budget for all of them), on this run's device and, from a CPU, on a GPU."""
-    out = {}
-    for budget in dict.fromkeys(assumed.values()):
-        mine = [c for c in claims if assumed[c.id] == budget]
-        found, placed = _sections(mine, needs, base, budget)
-        sections = _suite_sections(found, common, params, resolve=gpu is None)
-        for claim in mine:
-            units = [u for name in ("better", "worse") for u in sections[placed[(claim.id, name)]].units
-                     if u.model == getattr(claim, name).model]
-            here = _estimate(units, base, gpu)
-            costs = f"{here.words()} on {here.device}"
-            if not str(base.device).startswith("cuda"):
-                there = _estimate(units, base, gpu, device="cuda")
-                costs += f", {there.words()} on one {there.device}"
-            device = " device=cuda" if not str(base.device).startswith("cuda") else ""
-            out[claim.id] = Unplanned(budget, costs, f"capsbench run suite=claims budget={budget}{device} "
-                                                     f"claims=[{claim.id}]")
-    return out
+def _claim_units(claim: Claim, sections: list[Section], placed: dict[tuple[str, str], int]) -> list[UnitSpec]:
+    """The units measuring the claim's two sides (a unit both sides share, once)."""
+    return list({u.key: u for name in SIDES for u in sections[placed[(claim.id, name)]].units
+                 if u.model == getattr(claim, name).model}.values())
+
+
+def _unplanned(claim: Claim, budget: str, units: list[UnitSpec], base: DictConfig, gpu: str | None) -> Unplanned:
+    """Why a claim whose protocol assumes another budget is not planned, with what its units would cost at that
+    budget, on this run's device and, from a CPU, on a GPU."""
+    here = _estimate(units, base, gpu)
+    costs = f"{here.words()} on {here.device}"
+    on_gpu = str(base.device).startswith("cuda")
+    if not on_gpu:
+        there = _estimate(units, base, gpu, device="cuda")
+        costs += f", {there.words()} on one {there.device}"
+    return Unplanned(budget, costs, f"capsbench run suite=claims budget={budget}{'' if on_gpu else ' device=cuda'} "
+                                    f"claims=[{claim.id}]")
 
 
 def _suite_sections(found: list[ClaimSection], common: Request, params: dict[str, Any], *,
@@ -297,18 +295,18 @@ def _side_needs(side: Side, need: Need, base: DictConfig) -> tuple[str, ...]:
     return _canonical(args), side.training or "", _canonical(need.train)
 
 
-def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig, budget: str | None = None
+def _sections(claims: list[Claim], needs: dict[str, Need], base: DictConfig
               ) -> tuple[list[ClaimSection], dict[tuple[str, str], int]]:
     """The fewest suite configs holding every side (per suite, dataset, budget and run settings, a model in each at
-    most once), and where each (claim id, side) landed. `budget`: the budget of every section (default: the run's,
-    or the one a claim on a suite that trains nothing assumes)."""
+    most once), and where each (claim id, side) landed; a claim's budget is the one its protocol assumes, else the
+    run's."""
     sections: list[ClaimSection] = []
     placed: dict[tuple[str, str], int] = {}
     for claim in claims:
         need = needs[claim.id]
-        at = budget or need.budget or base.budget
+        at = need.budget or base.budget
         identity = (claim.suite, claim.dataset, at, _canonical(claim.run), *_measured(claim, need, at))
-        for name in ("better", "worse"):
+        for name in SIDES:
             side: Side = getattr(claim, name)
             wants = _side_needs(side, need, base)
             home = next((i for i, s in enumerate(sections) if (s.suite, s.dataset, s.budget, s.run, s.images, s.eps,
