@@ -330,12 +330,18 @@ def _cells_note(t: Table, compared: bool, noisy: bool) -> str:
     if len(seeds) > 1:
         text += " ((n=k): a cell with fewer seeds)"
     lead = "; a one-seed cell: " if several else ": "
+    counted = "/".join(f"{n:,}" for n in images)
+    units = {h.key: h.unit for h in t.headers}
+    shares = all(units.get(key) == "%" for (_, key), c in t.cells.items() if isinstance(c, Measured) and c.interval)
+    # else the cells with an interval are medians of per-image values (a distance)
+    kind = "Wilson" if shares else "distribution-free (order-statistic)"
+    value = "value" if shares else "the median"
     if images and t.intervals:
-        text += f"{lead}value and its 95 % Wilson interval over {'/'.join(f'{n:,}' for n in images)} test images"
+        text += f"{lead}{value} and its 95 % {kind} interval over {counted} test images"
     elif images:
         wide = max((c.interval[1] - c.interval[0]) / 2 for c in measured if c.interval)
-        text += (f"{lead}value over {'/'.join(f'{n:,}' for n in images)} test images (95 % Wilson intervals "
-                 f"within ±{wide:.1f} points)")
+        text += (f"{lead}{value} over {counted} test images (95 % {kind} intervals within "
+                 f"±{wide:.1f}{' points' if shares else ''})")
     if compared and noisy and max(seeds, default=1) < 2:
         text += "; nothing is bold: one seed compares these weights, not the architectures (seeds=[0,1,2] does)"
     elif compared and noisy:

@@ -1,0 +1,106 @@
+"""Known answers for each image's smallest adversarial perturbation: the median's distribution-free interval (Conover's
+order statistics), the signed-rank test on per-image values counted once per image, the fixed-eps bound, the
+records' per-image minimum, finders, too-weak count and robustness curve, and the note under a median's table."""
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+
+from capsbench.reporting.model import Header, Measured, Table
+from capsbench.reporting.tables import _cells_note
+from capsbench.suites.robustness.minimal import TOO_WEAK, ensemble_bound, minimal_records
+from capsbench.util.image_tests import signed_rank_p
+from capsbench.util.stats import decode_values, distance_fields, median_interval
+
+
+def test_median_interval_is_the_tabulated_order_statistics():
+    """95 %: n = 10 gives x(2) to x(9) (coverage 97.9 %), n = 100 gives x(40) to x(61) (Conover, table A3)."""
+    x10 = np.arange(1.0, 11.0)
+    assert median_interval(x10[::-1]) == (2.0, 9.0)
+    x100 = np.arange(1.0, 101.0)
+    assert median_interval(x100) == (40.0, 61.0)
+    k = 40  # the interval's coverage is at least 95 %, and one order statistic narrower is below it
+    assert 1 - 2 * sps.binom.cdf(k - 1, 100, 0.5) >= 0.95 > 1 - 2 * sps.binom.cdf(k, 100, 0.5)
+
+
+def test_median_interval_of_few_values_and_of_unbroken_images():
+    assert median_interval(np.array([3.0, 1.0, 2.0])) == (1.0, 3.0)  # too few for 95 %: the whole range
+    with_inf = np.array([0.5] * 40 + [np.inf] * 60)  # most images never broken: the upper end is inf
+    assert median_interval(with_inf) == (0.5, np.inf)
+    with pytest.raises(ValueError, match="no values"):
+        median_interval(np.array([]))
+
+
+def test_distance_fields_keep_every_image():
+    d = np.array([0.0, 0.25, 1.5, np.inf])
+    fields = distance_fields(d)
+    assert fields["value"] == pytest.approx(0.875) and fields["n"] == 4
+    np.testing.assert_array_equal(decode_values(str(fields["per_image"]), 4), d.astype(np.float32))
+
+
+def test_signed_rank_is_wilcoxon_on_each_images_mean_over_the_seeds():
+    rng = np.random.default_rng(0)
+    a = [rng.uniform(0.5, 2.0, 60) for _ in range(3)]
+    b = [v - rng.uniform(0.0, 0.3, 60) for v in a]
+    expected = sps.wilcoxon(np.mean(a, axis=0) - np.mean(b, axis=0)).pvalue
+    assert signed_rank_p(a, b) == pytest.approx(expected, rel=1e-12)
+    # the same values in three seeds are the same images, not three times the evidence
+    assert signed_rank_p([a[0]] * 3, [b[0]] * 3) == pytest.approx(signed_rank_p([a[0]], [b[0]]), rel=1e-12)
+
+
+def test_signed_rank_ranks_unbroken_images_above_every_distance_and_drops_ties():
+    a = np.array([np.inf] * 8 + [1.0, 2.0])
+    b = np.array([3.0] * 8 + [1.0, 2.0])  # A never broken on 8 images, B broken there: A larger on each
+    assert signed_rank_p([a], [b]) == pytest.approx(sps.wilcoxon(np.ones(8)).pvalue)
+    assert signed_rank_p([b], [b]) == 1.0  # nothing differs: no evidence, not certainty
+    with pytest.raises(ValueError, match="same seeds"):
+        signed_rank_p([a, a], [b])
+
+
+def test_the_fixed_eps_bound_is_the_smallest_eps_that_broke_the_image():
+    worst = {0.1: np.array([1, 0, 0, 0, 0], bool), 0.2: np.array([1, 1, 0, 0, 0], bool),
+             0.3: np.array([1, 1, 1, 0, 0], bool)}
+    clean_ok = np.array([1, 1, 1, 1, 0], bool)
+    np.testing.assert_array_equal(ensemble_bound(worst, clean_ok), [0.1, 0.2, 0.3, np.inf, 0.0])
+
+
+class FoundDistances:
+    """A unit's attacks with fixed minimum-norm distances per image (what `run.minimal` returns on the asked rows)."""
+
+    def __init__(self, clean_ok: np.ndarray, found: dict[str, np.ndarray]) -> None:
+        self.clean_ok, self.found = clean_ok, found
+        self.images = torch.zeros(len(clean_ok), 1)
+
+    def minimal(self, name: str, index: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(self.found[name][index.numpy()])
+
+
+def test_records_take_the_per_image_minimum_and_say_who_found_it():
+    clean_ok = np.array([1, 1, 1, 1, 1, 0], bool)
+    worst = {0.1: np.array([0, 0, 0, 0, 0, 0], bool), 0.2: np.array([1, 0, 1, 0, 0, 0], bool)}  # bound .2 .. .2
+    fmn = np.array([0.15, 0.5, 0.3, np.inf, 0.05, 9.0])  # image 2: 0.3 > 1.02 x 0.2, too weak; image 5 clean-wrong
+    fab = np.array([0.18, 0.4, 0.25, 0.9, np.inf, 9.0])
+    records = minimal_records(FoundDistances(clean_ok, {"fmn": fmn, "fab": fab}), ["fmn", "fab"], worst, [0.1, 0.2])
+    by = {(r["metric"], r.get("attack"), r.get("eps")): r for r in records}
+    worst_case = decode_values(by[("minimal_distance", "worst_case", None)]["per_image"], 6)
+    np.testing.assert_allclose(worst_case, [0.15, 0.4, 0.2, 0.9, 0.05, 0.0], rtol=1e-6)
+    fmn_own = decode_values(by[("minimal_distance", "fmn", None)]["per_image"], 6)
+    assert fmn_own[5] == 0.0  # a clean mistake is never attacked: distance 0
+    assert by[("minimal_found", "fmn", None)]["value"] == pytest.approx(200 / 6)  # images 0 and 4
+    assert by[("minimal_found", "fab", None)]["value"] == pytest.approx(200 / 6)  # images 1 and 3
+    assert by[("minimal_found", "fixed_eps", None)]["value"] == pytest.approx(100 / 6)  # image 2
+    assert 0.25 > TOO_WEAK * 0.2 and by[("minimal_too_weak", None, None)]["value"] == 1.0
+    assert by[("minimal_accuracy", None, 0.0)]["value"] == pytest.approx(500 / 6)  # the clean accuracy
+    assert by[("minimal_accuracy", None, 0.2)]["value"] == pytest.approx(200 / 6)  # 0.4 and 0.9 exceed 0.2
+
+
+def test_the_median_table_names_the_order_statistic_interval():
+    cell = Measured(0.4, None, 1, (0.2, 0.9, 200))
+    median = Table("minimal", "", ["model"], [("capsnet",)], [Header("minimal_distance", "median", "eps")],
+                   {(0, "minimal_distance"): cell})
+    note = _cells_note(median, compared=False, noisy=True)
+    assert "distribution-free" in note and "Wilson" not in note and "the median" in note
+    share = Table("clean", "", ["model"], [("capsnet",)], [Header("test_accuracy", "clean", "%")],
+                  {(0, "test_accuracy"): Measured(98.0, None, 1, (97.0, 98.7, 200))})
+    assert "95 % Wilson interval over 200 test images" in _cells_note(share, compared=False, noisy=True)
