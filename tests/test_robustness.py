@@ -25,7 +25,9 @@ from capsbench.suites import SUITES
 from capsbench.suites.base import Context
 from capsbench.suites.robustness.checks import CHECKS, sanity_flags
 from capsbench.suites.robustness.params import RobustnessParams, eps_grid
+from capsbench.suites.robustness.suite import attack_passes
 from capsbench.train.protocols import TrainingProtocol
+from capsbench.util.progress import on_measured
 from capsbench.util.stats import accuracy_fields
 
 RobustnessSuite = SUITES.get("robustness")  # named by its catalog entry
@@ -55,14 +57,18 @@ ATTACK_ARGS = {"pgd": {"steps": 10}, "pgd_adaptive": {"steps": 10}, "vote": {"st
                "square": {"queries": 200}}
 
 
-def measure(model: Classifier, attack_args=None, **overrides) -> list[dict]:
-    """The suite's records on 48 band images; attack_args: settings that replace ATTACK_ARGS's, per attack and
-    setting."""
+def band_params(attack_args=None, **overrides) -> RobustnessParams:
+    """The params of `measure`; attack_args: settings that replace ATTACK_ARGS's, per attack and setting."""
     given = attack_args or {}
     args = {a: {**ATTACK_ARGS.get(a, {}), **given.get(a, {})} for a in {*ATTACK_ARGS, *given}}
     settings = {"eps": {"synthetic": [0.0, 0.25, 0.5]}, "blackbox_eps": {"synthetic": 0.5}, "attack_args": args,
                 "batch_size": 16, "examples": 4, **overrides}
-    params = RobustnessParams(**settings)
+    return RobustnessParams(**settings)
+
+
+def measure(model: Classifier, attack_args=None, **overrides) -> list[dict]:
+    """The suite's records on 48 band images with band_params(attack_args, **overrides)."""
+    params = band_params(attack_args, **overrides)
     ctx = Context(model=model.eval(), model_name="band", splits=make_splits(n_test=48), params=params, device="cpu",
                   batch_size=16, seed=0, protocol=TrainingProtocol(), resources=eps_grid(params, "synthetic"))
     return [{"model": "band", "dataset": "synthetic", "seed": 0, **r} for r in RobustnessSuite().measure(ctx)]
@@ -387,7 +393,7 @@ def test_long_apgd_steps_apply_from_their_eps_and_are_stated():
     the CNNs' last images to an independent 100-step attack), declared in the work and stated in the budget line."""
     from capsbench.attacks import build
     from capsbench.suites.robustness.params import EpsGrid
-    from capsbench.suites.robustness.suite import attack_passes, budget_lines
+    from capsbench.suites.robustness.suite import budget_lines
 
     def params(**apgd):
         return RobustnessParams(attacks=["fgsm", "apgd"], ensemble=[], attack_args={"apgd": {"steps": 25, **apgd}})
@@ -401,3 +407,18 @@ def test_long_apgd_steps_apply_from_their_eps_and_are_stated():
     records = [{"model": "m", "dataset": "mnist", "metric": "robust_accuracy", "attack": "apgd"}]
     (line,) = budget_lines(records, OmegaConf.structured(long))
     assert "25 steps" in line and "100 steps at eps >= 0.15" in line
+
+
+def test_a_units_progress_reaches_its_declared_work_only_after_the_minimum_norm_attacks():
+    """The fixed-eps attacks are credited their share of the unit's declared passes, each minimum-norm attack its own
+    as it finishes: the unit reads 100 % only at its end, never while FMN and FAB still run."""
+    args = {**FEW_STEPS, "fmn": {"steps": 5}, "fab": {"steps": 3}}
+    credited: list[float] = []
+    with on_measured(credited.append):
+        records = measure(BandModel(), args, minimal=["fmn", "fab"])
+    params = band_params(args, minimal=["fmn", "fab"])
+    whole = 48 * (1 + attack_passes(params, eps_grid(params, "synthetic"), 10))
+    fmn, fab = 48 * 2 * 5, 48 * 3 * 11  # FMN: a forward and a backward per step; FAB: a forward and every class's
+    assert any(r["metric"] == "minimal_distance" for r in records)
+    assert credited == sorted(credited) and credited[-1] == pytest.approx(whole)
+    assert credited[-2] == pytest.approx(whole - fab) and credited[-3] == pytest.approx(whole - fab - fmn)

@@ -5,6 +5,7 @@ largest), which attack found each image's smallest, and the images where the min
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,10 +29,10 @@ def ensemble_bound(worst: dict[float, np.ndarray], clean_ok: np.ndarray) -> np.n
     return bound
 
 
-def minimal_records(run: UnitAttacks, names: list[str], worst: dict[float, np.ndarray],
-                    grid: list[float]) -> list[dict[str, Any]]:
+def minimal_records(run: UnitAttacks, names: list[str], worst: dict[float, np.ndarray], grid: list[float],
+                    done: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """The minimum-norm attacks `names` on every clean-correct image and the records of the smallest perturbations
-    (see module docstring)."""
+    (see module docstring); done(name) after each attack."""
     ok = run.clean_ok
     index = torch.from_numpy(np.nonzero(ok)[0]).to(run.images.device)
     bound = ensemble_bound(worst, ok)
@@ -41,6 +42,8 @@ def minimal_records(run: UnitAttacks, names: list[str], worst: dict[float, np.nd
         if len(index):
             d[ok] = run.minimal(name, index).cpu().numpy()
         found[name] = d
+        if done is not None:
+            done(name)
     best_attack = np.minimum.reduce(list(found.values())) if found else np.full(len(ok), np.inf)
     distance = np.minimum(best_attack, bound)
     records: list[dict[str, Any]] = [{"metric": "minimal_distance", "attack": WORST_CASE, **distance_fields(distance)}]

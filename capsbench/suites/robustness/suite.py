@@ -5,6 +5,7 @@ breaks, Wilson intervals on every number, each model's attack budget, and gradie
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
@@ -150,7 +151,11 @@ class RobustnessSuite(Suite):
             order = planned(p, grid, bb, everyone_alone=detector is not None)
             if detector is not None:  # every adversarial image goes to the detector
                 run.keep = {a.name: np.arange(len(y)) for a in order}
-            run.run(order, credit=credit_unit(len(y), attack_passes(p, ctx.resources, num_classes, self.NORM)))
+            fixed = fixed_eps_passes(p, ctx.resources, num_classes, self.NORM)
+            by_minimal = minimal_passes(p, num_classes, self.NORM)
+            whole = fixed + sum(by_minimal.values()) or 1.0
+            credit = credit_unit(len(y), whole)
+            run.run(order, credit=lambda share: credit(share * fixed / whole))
             if detector is not None:
                 bar.note("detection-aware PGD")
                 detected = detection.detection_records(ctx, run, detector, grid)
@@ -165,8 +170,9 @@ class RobustnessSuite(Suite):
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [{"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps,
                      **accuracy_fields(clean_ok & ~worst[eps])} for eps in grid]
-        if p.minimal:
-            records += minimal_records(run, list(p.minimal), worst, grid)
+        if p.minimal:  # credited attack by attack, after the fixed-eps attacks' share
+            upto = dict(zip(by_minimal, list(itertools.accumulate(by_minimal.values(), initial=fixed))[1:]))
+            records += minimal_records(run, list(p.minimal), worst, grid, done=lambda name: credit(upto[name] / whole))
         if detector is not None:
             records += detected
         records += [{"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
@@ -278,9 +284,18 @@ def budget_lines(records: list[dict[str, Any]], params: Any, norm: str = "linf")
 def attack_passes(params: Any, grid: EpsGrid, num_classes: int, norm: str = "linf") -> float:
     """The declared image passes per test image of every attack of params over its eps values, in threat model
     `norm` (capsbench.attacks' declared cost per row)."""
-    fixed = sum(build(a.name, params.attack_args.get(a.name)).for_norm(norm).cost(e, num_classes, norm)
-                for a in planned(params, grid.eps, grid.blackbox) for e in a.eps)
-    return float(fixed + sum(build(a, params.attack_args.get(a)).cost(0.0, num_classes, norm) for a in params.minimal))
+    return fixed_eps_passes(params, grid, num_classes, norm) + sum(minimal_passes(params, num_classes, norm).values())
+
+
+def fixed_eps_passes(params: Any, grid: EpsGrid, num_classes: int, norm: str) -> float:
+    """The fixed-eps attacks' part of attack_passes."""
+    return float(sum(build(a.name, params.attack_args.get(a.name)).for_norm(norm).cost(e, num_classes, norm)
+                     for a in planned(params, grid.eps, grid.blackbox) for e in a.eps))
+
+
+def minimal_passes(params: Any, num_classes: int, norm: str) -> dict[str, float]:
+    """Each minimum-norm attack's part of attack_passes (it runs once per image, at no eps)."""
+    return {a: build(a, params.attack_args.get(a)).cost(0.0, num_classes, norm) for a in params.minimal}
 
 
 class RobustnessL2Suite(RobustnessSuite):
