@@ -2,16 +2,23 @@
 order statistics), the signed-rank test on per-image values counted once per image, the fixed-eps bound, the
 records' per-image minimum, finders, too-weak count and robustness curve, and the note under a median's table."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 from scipy import stats as sps
+from torch import nn
 
+from capsbench.attacks import EngineSettings, build, decisions
+from capsbench.models import Classifier, ModelOutput
 from capsbench.reporting.model import Header, Measured, Table
 from capsbench.reporting.tables import _cells_note
 from capsbench.suites.robustness.minimal import TOO_WEAK, ensemble_bound, minimal_records
 from capsbench.util.image_tests import signed_rank_p
 from capsbench.util.stats import decode_values, distance_fields, median_interval
+
+SETTINGS = EngineSettings(num_classes=10, seed=0, batch_size=8)
 
 
 def test_median_interval_is_the_tabulated_order_statistics():
@@ -104,3 +111,46 @@ def test_the_median_table_names_the_order_statistic_interval():
     share = Table("clean", "", ["model"], [("capsnet",)], [Header("test_accuracy", "clean", "%")],
                   {(0, "test_accuracy"): Measured(98.0, None, 1, (97.0, 98.7, 200))})
     assert "95 % Wilson interval over 200 test images" in _cells_note(share, compared=False, noisy=True)
+
+
+class Linear(Classifier):
+    """logits = W x + b on the flattened image: each image's smallest perturbation that changes the decision is known
+    in closed form (away from the box's faces)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(28 * 28, 10)
+        with torch.no_grad():
+            self.fc.weight.mul_(0.3)
+
+    def forward(self, x, labels=None):
+        logits = self.fc(x.flatten(1))
+        return ModelOutput(scores=torch.softmax(logits, dim=1), logits=logits)
+
+
+def closest_boundary(model: Linear, images: torch.Tensor, norm: str) -> torch.Tensor:
+    """min over j != y of (f_y - f_j) / ||w_y - w_j||, in the dual norm (L2 for L2, L1 for L-inf)."""
+    w, b = model.fc.weight.detach().double(), model.fc.bias.detach().double()
+    logits = images.flatten(1).double() @ w.T + b
+    y = logits.argmax(1)
+    gaps = logits.gather(1, y[:, None]) - logits  # (N, 10)
+    dual = 2 if norm == "l2" else 1
+    lengths = torch.stack([torch.linalg.vector_norm(w[y] - w[j], ord=dual, dim=1) for j in range(10)], dim=1)
+    return torch.where(gaps > 0, gaps / lengths, torch.full_like(gaps, float("inf"))).amin(1)
+
+
+@pytest.mark.parametrize("norm", ["l2", "linf"])
+@pytest.mark.parametrize("name,steps", [("fmn", 200), ("fab", 20)])
+def test_minimum_norm_attacks_find_a_linear_models_closed_form_distance(name, steps, norm):
+    """Never below the true smallest perturbation (a distance under it would be mis-measured) and within 5 % of it:
+    on a linear model the boundary is a hyperplane, so a minimum-norm attack that works finds it."""
+    model = Linear().eval()
+    images = 0.5 + 0.02 * torch.randn(8, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    labels = decisions(model, images)
+    truth = closest_boundary(model, images, norm)
+    box = 0.5 - (images - 0.5).abs().amax()
+    assert (truth < box).all()  # the box's faces are out of reach
+    found = build(name, {"steps": steps}).distances(model, images, labels, replace(SETTINGS, norm=norm)).double()
+    assert (found >= truth * (1 - 1e-4)).all()
+    assert (found <= truth * 1.05).all(), (found / truth).tolist()
