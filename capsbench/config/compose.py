@@ -105,13 +105,7 @@ def compose(request: Request, *, require_suite: bool = True, resolve_device: boo
     suite = CATALOG.get(suite_name) if suite_name else None
     cfg = _schema(suite.params if suite else None)
 
-    root = shipped_dir()
-    cfg = _merge(cfg, _read_yaml(root / "suites" / "budgets" / f"{budget}.yaml"), f"budget {budget!r}")
-    if suite:
-        suite_yaml = _read_yaml(root / "suites" / f"{suite_name}.yaml")
-        per_budget = suite_yaml.pop("budgets", {}) or {}
-        cfg = _merge(cfg, suite_yaml, f"suites/{suite_name}.yaml")
-        cfg = _merge(cfg, per_budget.get(budget, {}) or {}, f"suites/{suite_name}.yaml budgets.{budget}")
+    cfg = _shipped_layers(cfg, suite_name, budget)
     cfg = _merge(cfg, user_yaml, request.file_source)
     cfg = _merge(cfg, request.line, "the command line")
     try:
@@ -194,14 +188,20 @@ def _resolve_defaults(cfg: DictConfig) -> str | None:
 def shipped_defaults(suite: str, budget: str) -> DictConfig:
     """What capsbench ships for `suite` at `budget` (the schema's defaults < the budget's YAML < the suite's, its
     budget's block), before any user setting; read-only, unvalidated."""
-    root = shipped_dir()
-    cfg = _merge(_schema(CATALOG.get(suite).params), _read_yaml(root / "suites" / "budgets" / f"{budget}.yaml"),
-                 f"budget {budget!r}")
-    suite_yaml = _read_yaml(root / "suites" / f"{suite}.yaml")
-    per_budget = suite_yaml.pop("budgets", {}) or {}
-    cfg = _merge(_merge(cfg, suite_yaml, f"suites/{suite}.yaml"), per_budget.get(budget, {}) or {},
-                 f"suites/{suite}.yaml budgets.{budget}")
+    cfg = _shipped_layers(_schema(CATALOG.get(suite).params), suite, budget)
     OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def _shipped_layers(schema: DictConfig, suite: str | None, budget: str) -> DictConfig:
+    """`schema` < the budget's YAML < the suite's (when there is one) < its block for the budget."""
+    root = shipped_dir()
+    cfg = _merge(schema, _read_yaml(root / "suites" / "budgets" / f"{budget}.yaml"), f"budget {budget!r}")
+    if suite:
+        suite_yaml = _read_yaml(root / "suites" / f"{suite}.yaml")
+        per_budget = suite_yaml.pop("budgets", {}) or {}
+        cfg = _merge(cfg, suite_yaml, f"suites/{suite}.yaml")
+        cfg = _merge(cfg, per_budget.get(budget, {}) or {}, f"suites/{suite}.yaml budgets.{budget}")
     return cfg
 
 
