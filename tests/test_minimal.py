@@ -12,6 +12,7 @@ from torch import nn
 
 from capsbench.attacks import EngineSettings, build, decisions
 from capsbench.models import Classifier, ModelOutput
+from capsbench.reporting.formatting import cell_text
 from capsbench.reporting.model import Header, Measured, Table
 from capsbench.reporting.tables import _cells_note
 from capsbench.suites.robustness.minimal import TOO_WEAK, ensemble_bound, minimal_records
@@ -154,3 +155,10 @@ def test_minimum_norm_attacks_find_a_linear_models_closed_form_distance(name, st
     found = build(name, {"steps": steps}).distances(model, images, labels, replace(SETTINGS, norm=norm)).double()
     assert (found >= truth * (1 - 1e-4)).all()
     assert (found <= truth * 1.05).all(), (found / truth).tolist()
+
+
+def test_a_median_distances_interval_is_shown_at_its_own_precision():
+    """1.335 [1.311, 1.384], not 1.335 [1.3, 1.4]; a percentage's interval keeps one decimal."""
+    assert cell_text(Measured(1.335, None, 1, (1.3108, 1.3844, 1000)), "eps", 1).interval == ("1.311", "1.384")
+    assert cell_text(Measured(98.8, None, 1, (97.914, 99.31, 1000)), "%", 1).interval == ("97.9", "99.3")
+    assert cell_text(Measured(0.0, None, 1, (0.0, float("inf"), 20)), "eps", 1).interval == ("0", "inf")

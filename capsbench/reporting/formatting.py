@@ -1,6 +1,7 @@
 """Numbers as text, the same digits in every format: a std to two significant digits and the mean to the same
 decimal place, a one-seed percentage over n items to the decimals that resolve one item (count_decimals), intervals
-to one decimal, published numbers exactly as the paper printed them."""
+of a percentage to one decimal (of any other value to its own decimals), published numbers exactly as the paper
+printed them."""
 
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ def format_value(mean: float, std: float | None, unit: str) -> tuple[str, str | 
         text = f"{mean:,.0f}" if abs(mean) >= 1000 else f"{mean:.4g}"
     if std is None or not math.isfinite(std):
         return text, None
-    decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 0
-    return text, f"{0:.{decimals}f}"  # a zero spread, shown at the mean's precision
+    return text, f"{0:.{_decimals(text)}f}"  # a zero spread, shown at the mean's precision
 
 
 def count_decimals(n: int) -> int:
@@ -62,8 +62,14 @@ def cell_text(cell: Cell | None, unit: str, max_seeds: int) -> CellText:
     main, spread = format_value(cell.mean, cell.std if cell.seeds > 1 else None, unit)
     if cell.seeds == 1 and cell.interval and unit == "%":
         main = f"{cell.mean:.{count_decimals(cell.interval[2])}f}"
-    interval = (f"{cell.interval[0]:.1f}", f"{cell.interval[1]:.1f}") if cell.interval else None
+    decimals = 1 if unit == "%" else _decimals(main)  # a median distance's interval at its own precision
+    interval = (f"{cell.interval[0]:.{decimals}f}", f"{cell.interval[1]:.{decimals}f}") if cell.interval else None
     return CellText(main, spread, interval, cell.seeds if cell.seeds < max_seeds else None)
+
+
+def _decimals(text: str) -> int:
+    """The decimals a number's text shows (0 for '12' or '1e+05')."""
+    return len(text.split(".")[1]) if "." in text and "e" not in text else 0
 
 
 def header_text(label: str, unit: str, detail: str = "") -> str:
