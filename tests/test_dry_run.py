@@ -93,6 +93,26 @@ def test_a_finished_unit_adds_its_rates_to_this_machines_table(tmp_path):
                                                        "earlier runs")
 
 
+def test_an_affine_units_training_rate_does_not_price_another_suites_training(tmp_path):
+    """The affine suite trains narrower models on 40x40 canvases under the same budget and model names: its rate is
+    kept per image of the budget's model on the dataset's own images, so it prices its own training back and the
+    robustness suite's CapsNet by their MACs, not as if their images cost the same."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    common = [f"output_dir={tmp_path}", f"cache_dir={cache}", "device=cpu", "models=[capsnet]"]
+    affine, plain = plan(compose(["suite=affine", *common]))[0], plan(compose(["suite=robustness", *common]))[0]
+    ratio = unit_macs(affine) / unit_macs(plain)
+    assert unit_macs(plain) == reference_macs("capsnet", "quick", plain) and ratio != pytest.approx(1.0, rel=0.05)
+    done = UnitResult(key=affine.key, spec=affine, status="done", seconds=100.0, train_seconds=50.0)
+    observe(done, Work(train=500_000.0, measure=1.0), "cpu2", str(cache))
+    table = rates(str(cache))
+    assert table["cpu2"]["train"]["quick"]["capsnet"] == pytest.approx(10_000 * ratio, rel=1e-3)
+    again = price([affine], {affine.key: Work(500_000.0, 0.0)}, "cpu2", table)
+    assert again.minutes * 60 == pytest.approx(50.0, rel=1e-3)  # its own training priced back at its own speed
+    robust = price([plain], {plain.key: Work(500_000.0, 0.0)}, "cpu2", table)
+    assert robust.minutes * 60 == pytest.approx(50.0 / ratio, rel=1e-3)  # the other suite's by their MACs
+
+
 def test_the_units_bar_counts_priced_seconds_and_credits_measuring_in_them(tmp_path):
     from capsbench.run.cost_model import Credits, priced_work
     from capsbench.run.units import UnitEvent

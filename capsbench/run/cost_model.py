@@ -215,7 +215,8 @@ def _rate(table: dict[str, Any], device: str, kind: str, where: str, unit: UnitS
         if model in got:
             basis = "" if d == device else (f"{model} ({kind}, {where}) scaled from {_label(table, d)}'s measured "
                                             f"rate by {SCALE_WORDS[d.startswith('cpu')]}")
-            return float(got[model]) * ratio[d], basis, d
+            per_image = _training_scale(unit, where) if kind == "train" else 1.0
+            return float(got[model]) * ratio[d] / per_image, basis, d
     mine = unit_macs(unit)
     suite = where.partition("/")[0] if kind == "measure" else ""
     if mine:  # the measured model nearest in MACs per image (at `where` if any, else another budget of the suite)
@@ -277,8 +278,21 @@ def _macs(model: str, args_json: str) -> float | None:
 
 
 def unit_macs(unit: UnitSpec) -> float | None:
-    """MACs per image of the unit's model at its sizes and dataset."""
-    return _model_macs(unit.model, dict(unit.config.get("model_args", {}).get(unit.model) or {}), unit.dataset)
+    """MACs per image of the unit's model at its sizes, on the images its suite's protocol shows it (the affine
+    suite's 40x40 canvases, else the dataset's own)."""
+    cfg = unit.run_config()
+    spec = DATASETS.get(unit.dataset)
+    size = SUITES.get(unit.suite)().protocol(cfg).input_size(spec.train_crop or spec.image_size)
+    return _model_macs(unit.model, dict(unit.config.get("model_args", {}).get(unit.model) or {}), unit.dataset, size)
+
+
+def _training_scale(unit: UnitSpec, budget: str) -> float:
+    """The unit's MACs per training image over those of the model a budget's training rate is kept for (its sizes at
+    `budget`, on the dataset's own images): 1 for the ordinary units; an affine unit's narrower models on 40x40
+    canvases differ, and every training rate is kept for that reference so that one suite's does not price another's
+    (1 where either cannot be counted)."""
+    mine, reference = unit_macs(unit), reference_macs(unit.model, budget, unit)
+    return mine / reference if mine and reference else 1.0
 
 
 def reference_macs(model: str, budget: str, unit: UnitSpec) -> float | None:
@@ -288,14 +302,14 @@ def reference_macs(model: str, budget: str, unit: UnitSpec) -> float | None:
     return _model_macs(model, dict(args), unit.dataset)
 
 
-def _model_macs(model: str, args: dict[str, Any], dataset: str) -> float | None:
+def _model_macs(model: str, args: dict[str, Any], dataset: str, size: int | None = None) -> float | None:
     from capsbench.models import MODELS  # lazy: the registry's defaults
 
     if model not in MODELS:
         return None
     spec = DATASETS.get(dataset)
     full = {**MODELS.get(model).arguments(), **args, "in_channels": spec.in_channels,
-            "image_size": spec.train_crop or spec.image_size, "num_classes": spec.num_classes}
+            "image_size": size or spec.train_crop or spec.image_size, "num_classes": spec.num_classes}
     return _macs(model, json.dumps(full, sort_keys=True, default=list))
 
 
@@ -316,7 +330,8 @@ def observe(result: UnitResult, work: Work, device: str, cache_dir: str | None) 
     if result.train_seconds > 0 and work.train > 0:  # a target reached early trained fewer epochs than declared
         declared = int(result.spec.config["train"]["epochs"]) or 1
         done = min(declared, len(result.curves) or declared)
-        seen["train"] = {budget: {result.spec.model: round(work.train * done / declared / result.train_seconds)}}
+        rate = work.train * done / declared / result.train_seconds * _training_scale(result.spec, budget)
+        seen["train"] = {budget: {result.spec.model: round(rate)}}
     if measuring > 0 and work.measure > 0:
         seen["measure"] = {f"{result.spec.suite}/{budget}": {result.spec.model: round(work.measure / measuring)}}
     if not seen:
