@@ -3,9 +3,8 @@ decision, one attack a module.
 
 CATALOG holds each attack's class as "package.module:Class"; what the class declares (its label, its place in the
 tables, whether it reads gradients, its norms, its settings and their ranges) is read from its source without
-importing torch,
-so that `params.attack_args.<attack>.<argument>` is checked before anything heavy loads. build(name, args) imports the
-attack (and torch) and constructs it with the settings given.
+importing torch, so that `params.attack_args.<attack>.<argument>` is checked before anything heavy loads. build(name,
+args) imports the attack (and torch) and constructs it with the settings given.
 """
 
 from __future__ import annotations

@@ -322,4 +322,3 @@ def _passed_line(groups: dict[tuple, list[dict[str, Any]]]) -> list[str]:
         return []
     text = "sanity checks passed for every model and seed: " + (", ".join(everywhere) or "none ran for all")
     return [text + "".join(f"; {c}, which ran for {', '.join(m)} only" for c, m in partly.items())]
-
