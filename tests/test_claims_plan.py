@@ -85,3 +85,12 @@ def test_no_product_file_mentions_an_issue():
     named = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in files if p.suffix in (".py", ".md", ".yaml", ".tex")
              for m in [TRACKER.search(p.read_text(errors="replace"))] if m]
     assert not named
+
+
+def test_a_dry_run_plans_the_units_the_run_would_so_it_sees_which_finished(tmp_path):
+    command = parse_command_line([f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path / 'out'}",
+                                  "threads=1", "claims=[marchisio2023-routing]"])  # device=auto
+    ran, priced = plan_claims(command).plan, plan_claims(command, gpu="H100").plan  # a run; a dry run's plan
+    keys = [[u.key for u in s.units] for s in ran.sections]
+    assert keys and keys == [[u.key for u in s.units] for s in priced.sections]
+    assert {s.cfg.device for s in priced.sections} == {s.cfg.device for s in ran.sections} != {"auto"}

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from capsbench.attacks import CATALOG as ATTACK_CATALOG
 from capsbench.attacks import WORST_CASE
-from capsbench.config.compose import compose, shipped_defaults
+from capsbench.config.compose import compose, settle_device, shipped_defaults
 from capsbench.config.request import Request, nest
 from capsbench.data import DATASETS
 from capsbench.data.files import DATA_FILES
@@ -104,7 +104,7 @@ class ClaimPlan:
 def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> ClaimPlan:
     """The plan of `capsbench run suite=claims [claims=[id,...]] [seeds=...] [budget=...] ...`; bad input fails before
     torch is imported. `command`: the command line as typed, for the claims table. `gpu`: price device=cuda on this
-    GPU (a plan made where there is none: --dry-run), and leave the device unchecked."""
+    GPU (a plan made where there is none: --dry-run), and leave device=cuda unchecked."""
     own = {k: request.get(k) for k in OWN_KEYS if request.get(k) is not None}
     for key in (*request.line, *request.file):
         if key in CHOSEN_BY_CLAIMS:
@@ -118,7 +118,12 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     folder = Path(str(own["baselines_dir"])) if own.get("baselines_dir") else None
     wanted = _chosen(own, claim_ids(folder))  # before load_claims, which imports the suites (and torch)
     claims = [c for c in load_claims(folder) if wanted is None or c.id in wanted]
-    base = compose(common, require_suite=False, resolve_device=gpu is None)  # the settings every section shares
+    base = compose(common, require_suite=False, resolve_device=False)  # the settings every section shares
+    # device=auto resolves as the run will, so that a dry run's units are the run's (and a unit it finished, finished);
+    # only device=cuda on a machine without one stays as it is, priced as `gpu`
+    resolve = gpu is None or not str(base.device).startswith("cuda")
+    if resolve:
+        settle_device(base)
     fix_threads(base)
     smoke = base.budget == "smoke"  # in minutes: only data already here (a download is no smoke test)
     runnable, lacking, downloads = _by_data(claims, Path(base.data.root), bool(base.data.download) and not smoke)
@@ -133,7 +138,7 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     # one pass places every claim: a claim not planned lands at the budget it assumes, in sections of its own (no
     # planned claim shares that budget and suite), after the planned claims' sections, which keep their keys
     found, placed = _sections([*planned, *(c for c in runnable if c.id in assumed)], needs, base)
-    composed = _suite_sections(found, common, params, resolve=gpu is None)
+    composed = _suite_sections(found, common, params, resolve=resolve)
     mine = sorted({placed[(c.id, name)] for c in planned for name in SIDES})
     sections = [composed[i] for i in mine]
     used = {k for i in mine for k in _own_params(found[i].suite, params)}
