@@ -226,6 +226,7 @@ def test_fired_flags_are_footnotes_of_the_table(tmp_path):
         ("params.attacks=[pgd,pgd_detect_aware]", "params.detection_fpr=0.05"),
         ("params.ensemble=[apgd_targetd]", "did you mean 'apgd_targeted'"),
         ("params.ensemble=[fgsm]", "'fgsm' is named twice"),
+        ("params.minimal=[fmn,fab,fmn]", "'fmn' is named twice in params.minimal"),
         ("params.attack_args.apgd.steps=0", "params.attack_args.apgd.steps"),
         ("params.attack_args.apgd.step=5", "apgd has no setting 'step'"),
         ("params.compact_every=0", "must be >= 1"),

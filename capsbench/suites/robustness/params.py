@@ -70,10 +70,12 @@ class RobustnessParams:
             for a in p[key]:
                 if a not in CATALOG:
                     raise CapsbenchError(f"unknown attack {a!r} in params.{key}: {close_matches(a, CATALOG.names())}")
-        for a in p.minimal:
+        for i, a in enumerate(p.minimal):
             if a not in CATALOG or not CATALOG.get(a).minimal:
                 known = [n for n in CATALOG.names() if CATALOG.get(n).minimal]
                 raise CapsbenchError(f"params.minimal names minimum-norm attacks ({', '.join(known)}), got {a!r}")
+            if a in p.minimal[:i]:
+                raise CapsbenchError(f"attack {a!r} is named twice in params.minimal; name each attack once")
         named = [a for key in lists for a in p[key]]
         norm = suite_norm(cfg.suite)
         formless = [a for a in [*named, *p.minimal] if norm not in CATALOG.get(a).norms]
