@@ -19,13 +19,11 @@ from __future__ import annotations
 import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 
 # isort: split
-import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
+from held_out import check_parser, fail, run_records
 
 from capsbench.config.compose import compose
 from capsbench.config.request import parse_command_line
@@ -77,16 +75,8 @@ def percent(right: np.ndarray) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=Path, required=True, help="the affine run's records.jsonl")
-    parser.add_argument("--set", nargs="*", default=[], help="the run's settings (key=value), e.g. budget=smoke")
-    parser.add_argument("--cache-dir", default=None, help="the run's checkpoint cache (default: capsbench's)")
-    args = parser.parse_args()
-    rows = [json.loads(line) for line in args.records.read_text().splitlines() if line.strip()]
-    worst = [r for r in rows if r["metric"] == "worst_affine_accuracy"]
-    if not worst:
-        raise SystemExit(f"{args.records} holds no worst_affine_accuracy records: run the affine suite with "
-                         "params.worst_images > 0 first")
+    args = check_parser(__doc__.splitlines()[0], "affine").parse_args()
+    worst = run_records(args.records, "worst_affine_accuracy", "run the affine suite with params.worst_images > 0")
     models = sorted({r["model"] for r in worst})
     seeds = sorted({int(r["seed"]) for r in worst})
     overrides = ["suite=affine", f"models=[{','.join(models)}]", f"seeds=[{','.join(map(str, seeds))}]", "device=cpu",
@@ -96,15 +86,15 @@ def main() -> None:
              "right on finer, broken on suite's | seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for unit in plan(cfg):
         if not checkpoint_cached(unit):
-            raise SystemExit(f"no cached checkpoint for {unit.model} seed {unit.seed}: pass the run's --cache-dir and "
-                             "its settings with --set")
+            fail(f"no cached checkpoint for {unit.model} seed {unit.seed}: pass the run's --cache-dir and "
+                 "its settings with --set")
         ucfg = unit.run_config()
         grid = grid_of(ucfg.params)
         mine = [r for r in worst if r["model"] == unit.model and int(r["seed"]) == unit.seed]
         record = max(mine, key=lambda r: float(r["max_rotation"]))
         if record["grid"] != grid.describe():
-            raise SystemExit(f"the records' grid {record['grid']!r} is not {grid.describe()!r}: pass the run's "
-                             "params.worst_* settings with --set")
+            fail(f"the records' grid {record['grid']!r} is not {grid.describe()!r}: pass the run's "
+                 "params.worst_* settings with --set")
         splits = load_data(ucfg.dataset, ucfg.data)
         n = int(record["n"])
         pick = torch.from_numpy(draw_test_subset(splits.test_y.numpy(), n, seed=0).indices)  # the suite's digits

@@ -22,14 +22,12 @@ from __future__ import annotations
 import capsbench  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch loads OpenMP)
 
 # isort: split
-import argparse
-import json
 import time
-from pathlib import Path
 
 import foolbox
 import numpy as np
 import torch
+from held_out import check_parser, fail, run_records
 
 from capsbench.attacks import WORST_CASE, decisions
 from capsbench.attacks.base import without_unused_heads
@@ -74,10 +72,7 @@ def median_text(d: np.ndarray) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=Path, required=True, help="the L2 run's records.jsonl")
-    parser.add_argument("--set", nargs="*", default=[], help="the run's settings (key=value), e.g. budget=smoke")
-    parser.add_argument("--cache-dir", default=None, help="the run's checkpoint cache (default: capsbench's)")
+    parser = check_parser(__doc__.splitlines()[0], "L2")
     parser.add_argument("--images", type=int, default=None, help="check the first K test images only")
     parser.add_argument("--steps", type=int, default=200, help="CW's Adam steps per round of the search")
     parser.add_argument("--lr", type=float, default=0.05, help="CW's Adam step size (foolbox's default 0.01 leaves "
@@ -85,14 +80,11 @@ def main() -> None:
     parser.add_argument("--c", type=float, default=1.0, help="the constant the binary search starts from")
     parser.add_argument("--search", type=int, default=5, help="rounds of the binary search over c")
     args = parser.parse_args()
-    rows = [json.loads(line) for line in args.records.read_text().splitlines() if line.strip()]
-    suite_rows = [r for r in rows if r["metric"] == "minimal_distance" and r.get("attack") == WORST_CASE]
-    if not suite_rows:
-        raise SystemExit(f"{args.records} holds no minimal_distance records: run the suite with "
-                         "params.minimal=[fmn,fab] first")
+    found = run_records(args.records, "minimal_distance", "run the suite with params.minimal=[fmn,fab]")
+    suite_rows = [r for r in found if r.get("attack") == WORST_CASE]
     suites = {r["suite"] for r in suite_rows}
     if suites != {"robustness_l2"}:
-        raise SystemExit(f"CW is an L2 attack: the records must be of suite=robustness_l2, not {sorted(suites)}")
+        fail(f"CW is an L2 attack: the records must be of suite=robustness_l2, not {sorted(suites)}")
     models = sorted({r["model"] for r in suite_rows})
     seeds = sorted({int(r["seed"]) for r in suite_rows})
     overrides = ["suite=robustness_l2", f"models=[{','.join(models)}]", f"seeds=[{','.join(map(str, seeds))}]",
@@ -102,14 +94,14 @@ def main() -> None:
              "CW > 5 % smaller | seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for unit in plan(cfg):
         if not checkpoint_cached(unit):
-            raise SystemExit(f"no cached checkpoint for {unit.model} seed {unit.seed}: pass the run's --cache-dir and "
-                             "its settings with --set")
+            fail(f"no cached checkpoint for {unit.model} seed {unit.seed}: pass the run's --cache-dir and "
+                 "its settings with --set")
         ucfg = unit.run_config()
         record = next(r for r in suite_rows if r["model"] == unit.model and int(r["seed"]) == unit.seed)
         splits = load_data(ucfg.dataset, ucfg.data)
         if int(record["n"]) != len(splits.test_y):
-            raise SystemExit(f"the records measured {record['n']} test images, these settings draw "
-                             f"{len(splits.test_y)}: pass the run's data.* settings with --set")
+            fail(f"the records measured {record['n']} test images, these settings draw "
+                 f"{len(splits.test_y)}: pass the run's data.* settings with --set")
         k = min(args.images or len(splits.test_y), len(splits.test_y))
         images, labels = as_images(splits.test_x[:k]), splits.test_y[:k]
         suite = decode_values(record["per_image"], int(record["n"]))[:k]
