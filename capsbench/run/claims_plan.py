@@ -264,7 +264,7 @@ def _estimate(units: list[UnitSpec], base: DictConfig, gpu: str | None, device: 
 
 
 def _chosen(own: dict[str, Any], ids: list[str]) -> set[str] | None:
-    """The ids named by claims=[...] (None: all); an unknown id is an error naming the close ones."""
+    """The ids named by claims=[...] (None: all); an unknown or repeated id is an error (naming the close ones)."""
     wanted = own.get("claims")
     if wanted is None:
         return None
@@ -275,6 +275,10 @@ def _chosen(own: dict[str, Any], ids: list[str]) -> set[str] | None:
     for name in wanted:
         if name not in ids:
             raise CapsbenchError(f"unknown claim {name!r}: {close_matches(str(name), ids)}")
+    repeated = sorted({str(w) for w in wanted if wanted.count(w) > 1})
+    if repeated:
+        raise CapsbenchError(f"claims lists {', '.join(repeated)} more than once; give each once, e.g. "
+                             f"claims=[{wanted[0]}]")
     return {str(w) for w in wanted}
 
 
