@@ -23,17 +23,13 @@ import time
 
 import numpy as np
 import torch
-from held_out import check_parser, fail, run_records
+from held_out import cached_units, check_parser, fail, run_records
 
-from capsbench.config.compose import compose
-from capsbench.config.request import parse_command_line
 from capsbench.data import as_images
 from capsbench.data.affine_grid import TransformGrid
 from capsbench.data.canvas import affine_matrix, centre_on_canvas, warp
 from capsbench.data.test_subset import draw_test_subset
-from capsbench.run.cost_model import checkpoint_cached
 from capsbench.run.execute import load_data, trained
-from capsbench.run.plan import plan
 from capsbench.suites.worst_affine import grid_of
 from capsbench.util.stats import decode_outcomes, wilson_interval
 
@@ -77,17 +73,10 @@ def percent(right: np.ndarray) -> str:
 def main() -> None:
     args = check_parser(__doc__.splitlines()[0], "affine").parse_args()
     worst = run_records(args.records, "worst_affine_accuracy", "run the affine suite with params.worst_images > 0")
-    models = sorted({r["model"] for r in worst})
-    seeds = sorted({int(r["seed"]) for r in worst})
-    overrides = ["suite=affine", f"models=[{','.join(models)}]", f"seeds=[{','.join(map(str, seeds))}]", "device=cpu",
-                 *([f"cache_dir={args.cache_dir}"] if args.cache_dir else []), *args.set]
-    cfg = compose(parse_command_line(overrides))
+    units = cached_units("affine", worst, args)
     table = ["| model | seed | suite, its grid | this loop, same grid | this loop, finer grid | disagree | "
              "right on finer, broken on suite's | seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for unit in plan(cfg):
-        if not checkpoint_cached(unit):
-            fail(f"no cached checkpoint for {unit.model} seed {unit.seed}: pass the run's --cache-dir and "
-                 "its settings with --set")
+    for unit in units:
         ucfg = unit.run_config()
         grid = grid_of(ucfg.params)
         mine = [r for r in worst if r["model"] == unit.model and int(r["seed"]) == unit.seed]
@@ -110,8 +99,8 @@ def main() -> None:
         print(f"affine_worst {unit.model} s{unit.seed} suite={100 * suite.mean():.1f} coarse={100 * coarse.mean():.1f} "
               f"fine={100 * fine.mean():.1f} disagree={disagree} finer_not_above={'yes' if above == 0 else 'no'}",
               flush=True)
-    finer = grid_of(cfg.params).finer().describe()
-    print(f"\nsuite's grid: {grid_of(cfg.params).describe()}; finer grid: {finer}\n")
+    grid = grid_of(units[0].run_config().params)
+    print(f"\nsuite's grid: {grid.describe()}; finer grid: {grid.finer().describe()}\n")
     print("\n".join(table))
 
 

@@ -1,5 +1,6 @@
 """What the held-out checks (affine_worst_check.py, minimal_check.py) share: their command line's run options and the
-run's records, read with a one-line error (exit 2) where the file is missing, unreadable or holds none to check."""
+run's records, read with a one-line error (exit 2) where the file is missing, unreadable or holds none to check, and the
+run's units, whose checkpoints the run left in the cache."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
+
+from capsbench.config.compose import compose
+from capsbench.config.request import parse_command_line
+from capsbench.run.cost_model import checkpoint_cached
+from capsbench.run.plan import plan
+from capsbench.run.units import UnitSpec
 
 
 def check_parser(description: str, what: str) -> argparse.ArgumentParser:
@@ -29,6 +36,21 @@ def run_records(path: Path, metric: str, how: str) -> list[dict[str, Any]]:
     if not found:
         fail(f"{path} holds no {metric} records: {how} first")
     return found
+
+
+def cached_units(suite: str, records: list[dict[str, Any]], args: argparse.Namespace) -> list[UnitSpec]:
+    """The run's units of `suite` for the models and seeds in `records`, composed on a CPU with the run's settings
+    (args.set, args.cache_dir); each one's checkpoint must be in the cache (the run trained it)."""
+    models = sorted({r["model"] for r in records})
+    seeds = sorted({int(r["seed"]) for r in records})
+    overrides = [f"suite={suite}", f"models=[{','.join(models)}]", f"seeds=[{','.join(map(str, seeds))}]",
+                 "device=cpu", *([f"cache_dir={args.cache_dir}"] if args.cache_dir else []), *args.set]
+    units = plan(compose(parse_command_line(overrides)))
+    for unit in units:
+        if not checkpoint_cached(unit):
+            fail(f"no cached checkpoint for {unit.model} seed {unit.seed}: pass the run's --cache-dir and its settings "
+                 "with --set")
+    return units
 
 
 def fail(message: str) -> NoReturn:

@@ -27,17 +27,13 @@ import time
 import foolbox
 import numpy as np
 import torch
-from held_out import check_parser, fail, run_records
+from held_out import cached_units, check_parser, fail, run_records
 
 from capsbench.attacks import WORST_CASE, decisions
 from capsbench.attacks.base import without_unused_heads
-from capsbench.config.compose import compose
-from capsbench.config.request import parse_command_line
 from capsbench.data import as_images
 from capsbench.models import LogitsAdapter
-from capsbench.run.cost_model import checkpoint_cached
 from capsbench.run.execute import load_data, trained
-from capsbench.run.plan import plan
 from capsbench.util.stats import decode_values, median_interval
 
 SMALLER = 0.95  # CW's distance below 0.95 x the suite's counts as the suite's attacks missing a smaller perturbation
@@ -85,17 +81,10 @@ def main() -> None:
     suites = {r["suite"] for r in suite_rows}
     if suites != {"robustness_l2"}:
         fail(f"CW is an L2 attack: the records must be of suite=robustness_l2, not {sorted(suites)}")
-    models = sorted({r["model"] for r in suite_rows})
-    seeds = sorted({int(r["seed"]) for r in suite_rows})
-    overrides = ["suite=robustness_l2", f"models=[{','.join(models)}]", f"seeds=[{','.join(map(str, seeds))}]",
-                 "device=cpu", *([f"cache_dir={args.cache_dir}"] if args.cache_dir else []), *args.set]
-    cfg = compose(parse_command_line(overrides))
+    units = cached_units("robustness_l2", suite_rows, args)
     table = ["| model | seed | images | suite (FMN, FAB, fixed-eps bound) | CW (held out) | CW found | "
              "CW > 5 % smaller | seconds |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for unit in plan(cfg):
-        if not checkpoint_cached(unit):
-            fail(f"no cached checkpoint for {unit.model} seed {unit.seed}: pass the run's --cache-dir and "
-                 "its settings with --set")
+    for unit in units:
         ucfg = unit.run_config()
         record = next(r for r in suite_rows if r["model"] == unit.model and int(r["seed"]) == unit.seed)
         splits = load_data(ucfg.dataset, ucfg.data)
