@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from conftest import make_splits
+from conftest import fit_on_bands, make_splits
 from test_models import tiny_args
 
 from capsbench import create_model, list_models
@@ -45,16 +45,7 @@ def trained_cnn():
     """A small CNN trained on the synthetic band images until it classifies them, with 48 test images it gets right."""
     splits = make_splits(n_train=512, n_test=128)
     torch.manual_seed(0)
-    model = create_model("cnn_sabour", channels=(8,), fc=(32,), dropout=0.0)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(5):
-        for images, labels in batches(splits.train_x, splits.train_y, 32, shuffle_generator=gen):
-            loss = model.loss(model(images), labels, images)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    model.eval()
+    model = fit_on_bands(create_model("cnn_sabour", channels=(8,), fc=(32,), dropout=0.0), splits, epochs=5)
     images, labels = next(batches(splits.test_x, splits.test_y, 128))
     keep = decisions(model, images) == labels
     assert keep.float().mean() > 0.9, "the tiny model did not learn the bands"
@@ -109,16 +100,7 @@ def trained_capsnet():
     """The tiny capsnet trained on the synthetic band images, with 16 test images it gets right: attacks on it need
     their steps (an untrained one flips at the random start)."""
     splits = make_splits(n_train=384, n_test=64)
-    model = tiny_model("capsnet").train()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(2):
-        for images, labels in batches(splits.train_x, splits.train_y, 32, shuffle_generator=gen):
-            loss = model.loss(model(images, labels), labels, images)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    model.eval()
+    model = fit_on_bands(tiny_model("capsnet").train(), splits, epochs=2)
     images, labels = next(batches(splits.test_x, splits.test_y, 64))
     keep = decisions(model, images) == labels
     assert keep.float().mean() > 0.9, "the tiny capsnet did not learn the bands"

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import make_splits
+from conftest import fit_on_bands, make_splits
 from torch.nn import functional as F
 
 from capsbench import create_model
@@ -39,15 +39,7 @@ def trained(name: str):
             "capsnet": {"conv_channels": 8, "primary_types": 2, "primary_dim": 4, "class_dim": 4,
                         "decoder_hidden": (16,)}}[name]
     model = create_model(name, in_channels=1, image_size=splits.spec.image_size, num_classes=10, **args)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(3):
-        for images, labels in batches(splits.train_x, splits.train_y, 32, shuffle_generator=gen):
-            loss = model.loss(model(images, labels), labels, images)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    model.eval()
+    model = fit_on_bands(model, splits, epochs=3)
     images, labels = next(batches(splits.test_x, splits.test_y, 64))
     return model, images, labels
 
