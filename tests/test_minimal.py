@@ -157,6 +157,42 @@ def test_minimum_norm_attacks_find_a_linear_models_closed_form_distance(name, st
     assert (found <= truth * 1.05).all(), (found / truth).tolist()
 
 
+def box_distance(model: Linear, images: torch.Tensor) -> torch.Tensor:
+    """Each image's smallest L2 perturbation within [0, 1] that changes a linear model's decision: per other class j
+    the nearest point of {f_j >= f_y} in the box is clip(x + t v) with v = w_j - w_y (the box's KKT conditions), t the
+    smallest that reaches it (bisection); the minimum over j."""
+    w, b = model.fc.weight.detach().double(), model.fc.bias.detach().double()
+    flat = images.flatten(1).double()
+    decided = (flat @ w.T + b).argmax(1)
+    out = torch.full((len(flat),), float("inf"), dtype=torch.double)
+    for i, (x, y) in enumerate(zip(flat, decided.tolist())):
+        for j in set(range(10)) - {y}:
+            v, need = w[j] - w[y], b[y] - b[j]
+            gap = lambda t: float(v @ (x + t * v).clamp(0, 1) - need)  # noqa: E731, B023
+            if gap(1e6) < 0:
+                continue  # the box holds no point of class j's half-space
+            low, high = 0.0, 1.0
+            while gap(high) < 0:
+                high *= 2
+            for _ in range(60):
+                low, high = (low, (low + high) / 2) if gap((low + high) / 2) >= 0 else ((low + high) / 2, high)
+            out[i] = min(out[i], float(((x + high * v).clamp(0, 1) - x).norm()))
+    return out
+
+
+def test_fmn_finds_an_adversarial_where_the_box_stalls_it_from_the_clean_image():
+    """MNIST-like images, most pixels at 0 or 1: FMN's steps push them out of [0, 1], the clip takes it back, and from
+    the clean image it stalls below the boundary (it found nothing for any of these images); from the nearest image of
+    another class it finds one for each, never below the box's closed-form distance."""
+    model = Linear().eval()
+    u = torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    images = torch.where(u < 0.6, torch.zeros_like(u), torch.where(u > 0.85, torch.ones_like(u), u))
+    labels = decisions(model, images)
+    truth = box_distance(model, images)
+    found = build("fmn", {"steps": 100}).distances(model, images, labels, replace(SETTINGS, norm="l2")).double()
+    assert torch.isfinite(found).all() and (found >= truth * (1 - 1e-4)).all(), (found / truth).tolist()
+
+
 def test_a_median_distances_interval_is_shown_at_its_own_precision():
     """1.335 [1.311, 1.384], not 1.335 [1.3, 1.4]; a percentage's interval keeps one decimal."""
     assert cell_text(Measured(1.335, None, 1, (1.3108, 1.3844, 1000)), "eps", 1).interval == ("1.311", "1.384")

@@ -419,7 +419,8 @@ def test_a_units_progress_reaches_its_declared_work_only_after_the_minimum_norm_
         records = measure(BandModel(), args, minimal=["fmn", "fab"])
     params = band_params(args, minimal=["fmn", "fab"])
     whole = 48 * (1 + attack_passes(params, eps_grid(params, "synthetic"), 10))
-    fmn, fab = 48 * 2 * 5, 48 * 3 * 11  # FMN: a forward and a backward per step; FAB: a forward and every class's
+    fmn, fab = 48 * (2 * 2 * 5 + 10), 48 * 3 * 11  # FMN: two starts of a forward and a backward per step, and a
+    # 10-step boundary search; FAB: a forward and every class's gradient per step
     assert any(r["metric"] == "minimal_distance" for r in records)
     assert credited == sorted(credited) and credited[-1] == pytest.approx(whole)
     assert credited[-2] == pytest.approx(whole - fab) and credited[-3] == pytest.approx(whole - fab - fmn)
