@@ -14,7 +14,7 @@ from test_claims_run import fake_root
 from capsbench.config.request import parse_command_line
 from capsbench.reporting.baselines import baselines_dir
 from capsbench.reporting.claim_files import Side
-from capsbench.reporting.verdicts import PROTOCOL_NOT_MET, UNRESOLVED, judge
+from capsbench.reporting.verdicts import NO_RECORDS, PROTOCOL_NOT_MET, UNRESOLVED, judge
 from capsbench.run import execute
 from capsbench.run.claims_plan import plan_claims
 from capsbench.run.claims_sizing import claim_need
@@ -94,3 +94,38 @@ def test_a_dry_run_plans_the_units_the_run_would_so_it_sees_which_finished(tmp_p
     keys = [[u.key for u in s.units] for s in ran.sections]
     assert keys and keys == [[u.key for u in s.units] for s in priced.sections]
     assert {s.cfg.device for s in priced.sections} == {s.cfg.device for s in ran.sections} != {"auto"}
+
+
+TWO_WAYS = """source: {id: fixture, citation: "capsbench test fixture (not a published claim)", arxiv: "0000.00000"}
+claims:
+  - id: fixture-routing
+    statement: "a tiny CapsNet with 3 routing iterations is no more accurate than with 1 (test fixture)"
+    where: none
+    suite: accuracy
+    dataset: mnist
+    metric: test_accuracy
+    better: {model: capsnet, model_args: {conv_channels: 8, primary_types: 2, primary_dim: 4, class_dim: 4,
+                                          routing_iterations: 3}}
+    worse: {model: capsnet, model_args: {conv_channels: 8, primary_types: 2, primary_dim: 4, class_dim: 4,
+                                         routing_iterations: 1}}
+    relation: no_better
+    margin: 50.0
+"""
+
+
+def test_a_claim_on_one_model_measured_two_ways_judges_each_side_from_its_own_units(tmp_path, monkeypatch):
+    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
+    folder = tmp_path / "baselines"
+    shutil.copytree(baselines_dir(), folder)
+    (folder / "claims" / "fixture.yaml").write_text(TWO_WAYS)
+    p = plan_claims(parse_command_line([
+        f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path / 'out'}", "device=cpu", "threads=1",
+        "seeds=[0,1]", "tracking.enabled=false", f"baselines_dir={folder}", "claims=[fixture-routing]"]))
+    result = run_plan(p.plan)
+    (judged,) = result.finished.detail
+    assert judged.verdict != NO_RECORDS, judged.reason  # it read "no records": one side checked by the other's args
+    measured = {}  # each side's accuracies, read from its own section by routing iterations
+    for section in result.sections:
+        routing = int(section.cfg.model_args.capsnet.get("routing_iterations", 3))
+        measured[routing] = {int(r["seed"]): r["value"] for r in section.records if r["metric"] == "test_accuracy"}
+    assert sorted(measured) == [1, 3] and judged.better.values == measured[3] and judged.worse.values == measured[1]

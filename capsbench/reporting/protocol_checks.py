@@ -34,8 +34,9 @@ def side_rows(frame: pd.DataFrame, claim: Claim, side: Side, metric: str, sweep:
     return rows
 
 
-def protocol_misses(claim: Claim, frame: pd.DataFrame, budget: str) -> list[Miss]:
-    """Every declared check the records miss (with the numbers), after the rule that a smoke run judges nothing."""
+def protocol_misses(claim: Claim, frames: dict[str, pd.DataFrame], budget: str) -> list[Miss]:
+    """Every declared check the records miss (with the numbers), after the rule that a smoke run judges nothing;
+    `frames`: each side's records ("better", "worse")."""
     if budget == "smoke":
         return [Miss("budget=smoke trains tiny models on a few thousand images: it checks the pipeline, never a claim",
                      SMOKE_NEEDS)]
@@ -47,7 +48,7 @@ def protocol_misses(claim: Claim, frame: pd.DataFrame, budget: str) -> list[Miss
                 misses.append(Miss(f"measured at budget={budget}; {check.what}", needs))
             continue
         for name in check.sides:
-            miss = _side_miss(frame, claim, getattr(claim, name), check)
+            miss = _side_miss(frames[name], claim, getattr(claim, name), check)
             if miss:
                 misses.append(Miss(miss, needs))
     return misses

@@ -5,13 +5,13 @@ no records; with the budget, the seeds, and what each verdict needs next."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
 from capsbench.reporting.baselines import logged_text
-from capsbench.reporting.claim_files import Claim, Side
+from capsbench.reporting.claim_files import SIDES, Claim, Side
 from capsbench.reporting.claim_tests import Evidence, decide
 from capsbench.reporting.formatting import FLOAT_NOISE
 from capsbench.reporting.frame import UNDERTRAINED, row_models
@@ -49,6 +49,12 @@ class Run:
     model_args: dict[str, dict[str, str]]  # model -> constructor arguments as logged
     settings: dict[str, str]  # train.*, data.*, params.* as logged
     budget: str
+    sides: dict[str, Run] = field(default_factory=dict)  # "better"/"worse" -> that side's own records, where apart
+
+    def side(self, name: str) -> Run:
+        """The records that stand for side `name`: its own where the claim's two sides are one model measured two
+        ways (constructed apart, each in its own units), else all of them."""
+        return self.sides.get(name, self)
 
 
 @dataclass(frozen=True)
@@ -71,15 +77,15 @@ def judge(claim: Claim, run: Run | None, one_seed: bool = False) -> Judgement:
     if run is None:
         return Judgement(claim, NO_RECORDS, f"no {claim.suite} records in this report", needs=run_command(claim))
     sides = []
-    for side in (claim.better, claim.worse):
-        found = _evidence(claim, side, run)
+    for name in SIDES:
+        found = _evidence(claim, getattr(claim, name), run.side(name))
         if isinstance(found, Absent):
             return Judgement(claim, found.verdict, found.reason, budget=run.budget, needs=found.needs)
         sides.append(found)
     better, worse = sides
     seeds = len(set(better.values) & set(worse.values)) or min(len(better.values), len(worse.values))
     kept = {"better": better, "worse": worse, "budget": run.budget, "seeds": seeds}
-    misses = protocol_misses(claim, run.frame, run.budget)
+    misses = protocol_misses(claim, {name: run.side(name).frame for name in SIDES}, run.budget)
     if misses:
         needs = "; ".join(dict.fromkeys(m.needs for m in misses))
         return Judgement(claim, PROTOCOL_NOT_MET, "; ".join(m.text for m in misses), needs=needs, **kept)

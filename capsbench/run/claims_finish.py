@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim
+from capsbench.reporting.claim_files import CLAIMS_SUITE, SIDES, Claim
 from capsbench.reporting.claims_report import ClaimsRun, write_claims
 from capsbench.reporting.document import Run, Section
 from capsbench.reporting.frame import records_frame
@@ -45,7 +45,8 @@ class JudgeClaims:
         units: claim id -> its units; lacking: claim id -> its absent datasets (capsbench.run.claims_plan.Absent; it
             has no units).
         unplanned: claim id -> the budget its protocol assumes and what it would cost there (claims_plan.Unplanned).
-        sections: section key -> the keys of its units.
+        sections: section key -> the keys of its units; sides: (claim id, "better" or "worse") -> the keys of that
+            side's units.
         one_seed: allow verdicts from one seed; budget, seeds: the run's; command: the command line as typed.
         store: the MLflow store as the files name it (capsbench.util.uris.shown_uri).
     """
@@ -54,8 +55,9 @@ class JudgeClaims:
 
     def __init__(self, *, claims: list[Claim], units: dict[str, list[UnitSpec]], lacking: dict[str, list[Any]],
                  unplanned: dict[str, Any], sections: dict[str, set[str]], one_seed: bool, budget: str,
-                 seeds: list[int], store: str, command: str) -> None:
+                 seeds: list[int], store: str, command: str, sides: dict[tuple[str, str], set[str]]) -> None:
         self.claims, self.units, self.lacking, self.sections = claims, units, lacking, sections
+        self.sides = sides
         self.unplanned = unplanned
         self.one_seed = one_seed
         self.budget, self.seeds, self.command = budget, seeds, command
@@ -113,10 +115,12 @@ class JudgeClaims:
                               needs=why.command)]
         units = self.units[claim.id]
         finished = [done[u.key] for u in units if _finished(done, u)]
-        records = [r for result in finished for r in result.records]
-        model_args = {r.spec.model: logged_args(r) for r in finished}
-        evidence = Evidence(records_frame(records, SUITES.get(claim.suite)), model_args, _settings(claim, finished),
-                            _measured_budget(units, self.budget))
+        settings, budget = _settings(claim, finished), _measured_budget(units, self.budget)
+        evidence = _evidence(claim, finished, settings, budget)
+        if claim.better.model == claim.worse.model:  # one model measured two ways: each side from its own units
+            evidence = replace(evidence, sides={
+                name: _evidence(claim, [r for r in finished if r.spec.key in self.sides[(claim.id, name)]], settings,
+                                budget) for name in SIDES})
         judged = judge_claim(claim, evidence, self.one_seed)
         failed = [done[u.key] for u in units if u.key in done and done[u.key].status != "done"]
         if not failed:
@@ -124,6 +128,13 @@ class JudgeClaims:
         why = "; ".join(f"{r.spec.name} failed ({r.error})" for r in failed)
         again = "rerun the same command (failed units are measured again)"
         return [replace(j, reason=f"{j.reason}; {why}", needs=again) for j in judged]
+
+
+def _evidence(claim: Claim, finished: list[UnitResult], settings: dict[str, str], budget: str) -> Evidence:
+    """The records of `finished` units and their constructor arguments, for judging `claim`."""
+    records = [r for result in finished for r in result.records]
+    return Evidence(records_frame(records, SUITES.get(claim.suite)), {r.spec.model: logged_args(r) for r in finished},
+                    settings, budget)
 
 
 def _measured_budget(units: list[UnitSpec], budget: str) -> str:

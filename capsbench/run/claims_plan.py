@@ -157,6 +157,8 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
 
     claim_plan.plan.finish = JudgeClaims(
         claims=claims, units=units, lacking=lacking, unplanned=unplanned,
+        sides={(c.id, name): {u.key for u in _claim_units(c, composed, placed, (name,))} for c in planned
+               for name in SIDES},
         sections={s.key: {u.key for u in s.units} for s in sections}, one_seed=claim_plan.one_seed,
         budget=base.budget, seeds=list(base.seeds), store=shown_uri(base.tracking.uri, base.output_dir),
         command=command)
@@ -169,9 +171,10 @@ def _budget_unmet(claim: Claim, need: Need, budget: str) -> bool:
     return need.budget is not None and need.budget != budget and SUITES.get(claim.suite).needs_training
 
 
-def _claim_units(claim: Claim, sections: list[Section], placed: dict[tuple[str, str], int]) -> list[UnitSpec]:
-    """The units measuring the claim's two sides (a unit both sides share, once)."""
-    return list({u.key: u for name in SIDES for u in sections[placed[(claim.id, name)]].units
+def _claim_units(claim: Claim, sections: list[Section], placed: dict[tuple[str, str], int],
+                 sides: tuple[str, ...] = SIDES) -> list[UnitSpec]:
+    """The units measuring the claim's `sides` (a unit two sides share, once)."""
+    return list({u.key: u for name in sides for u in sections[placed[(claim.id, name)]].units
                  if u.model == getattr(claim, name).model}.values())
 
 
