@@ -60,14 +60,19 @@ claims:
 """
 
 
-def test_a_claim_whose_training_target_is_not_reached_within_its_cap_is_protocol_not_met(tmp_path, monkeypatch):
+def fixture_plan(tmp_path, monkeypatch, text: str, claim_id: str):
+    """The claims plan of one fixture claim (`text`, a claims file) on synthetic images, two seeds, tracking off."""
     monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
     folder = tmp_path / "baselines"
     shutil.copytree(baselines_dir(), folder)
-    (folder / "claims" / "fixture.yaml").write_text(CAPPED)
-    p = plan_claims(parse_command_line([
+    (folder / "claims" / "fixture.yaml").write_text(text)
+    return plan_claims(parse_command_line([
         f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path / 'out'}", "device=cpu", "threads=1",
-        "seeds=[0,1]", "tracking.enabled=false", f"baselines_dir={folder}", "claims=[fixture-capped]"]))
+        "seeds=[0,1]", "tracking.enabled=false", f"baselines_dir={folder}", f"claims=[{claim_id}]"]))
+
+
+def test_a_claim_whose_training_target_is_not_reached_within_its_cap_is_protocol_not_met(tmp_path, monkeypatch):
+    p = fixture_plan(tmp_path, monkeypatch, CAPPED, "fixture-capped")
     trains = {u.model: u.config["train"] for u in p.units["fixture-capped"]}
     assert {t["epochs"] for t in trains.values()} == {1} and {t["target_val_accuracy"] for t in trains.values()} == {
         99.9}
@@ -114,13 +119,7 @@ claims:
 
 
 def test_a_claim_on_one_model_measured_two_ways_judges_each_side_from_its_own_units(tmp_path, monkeypatch):
-    monkeypatch.setattr(execute, "load_data", lambda dataset, data: make_splits())
-    folder = tmp_path / "baselines"
-    shutil.copytree(baselines_dir(), folder)
-    (folder / "claims" / "fixture.yaml").write_text(TWO_WAYS)
-    p = plan_claims(parse_command_line([
-        f"data.root={fake_root(tmp_path, 'mnist')}", f"output_dir={tmp_path / 'out'}", "device=cpu", "threads=1",
-        "seeds=[0,1]", "tracking.enabled=false", f"baselines_dir={folder}", "claims=[fixture-routing]"]))
+    p = fixture_plan(tmp_path, monkeypatch, TWO_WAYS, "fixture-routing")
     result = run_plan(p.plan)
     (judged,) = result.finished.detail
     assert judged.verdict != NO_RECORDS, judged.reason  # it read "no records": one side checked by the other's args
