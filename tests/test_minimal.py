@@ -80,7 +80,9 @@ class FoundDistances:
         self.clean_ok, self.found = clean_ok, found
         self.images = torch.zeros(len(clean_ok), 1)
 
-    def minimal(self, name: str, index: torch.Tensor) -> torch.Tensor:
+    def minimal(self, name: str, index: torch.Tensor, progress=None) -> torch.Tensor:
+        if progress is not None:
+            progress(len(index), len(index), 0)
         return torch.from_numpy(self.found[name][index.numpy()])
 
 

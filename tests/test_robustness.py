@@ -16,6 +16,7 @@ from torch import nn
 from typer.testing import CliRunner
 
 from capsbench import create_model, list_models
+from capsbench.attacks.base import MinimalAttack
 from capsbench.cli import app
 from capsbench.data import load_splits
 from capsbench.errors import CapsbenchError
@@ -424,3 +425,22 @@ def test_a_units_progress_reaches_its_declared_work_only_after_the_minimum_norm_
     assert any(r["metric"] == "minimal_distance" for r in records)
     assert credited == sorted(credited) and credited[-1] == pytest.approx(whole)
     assert credited[-2] == pytest.approx(whole - fab) and credited[-3] == pytest.approx(whole - fab - fmn)
+
+
+def test_a_minimum_norm_attack_is_credited_batch_by_batch(monkeypatch):
+    """A minimum-norm attack on a unit's images runs for minutes: the unit's progress moves after each batch of it,
+    not only when it ends."""
+    monkeypatch.setattr(MinimalAttack, "BATCH", 16)
+    args = {**FEW_STEPS, "fmn": {"steps": 5}, "fab": {"steps": 3}}
+    credited: list[float] = []
+    with on_measured(credited.append):
+        records = measure(BandModel(), args, minimal=["fmn", "fab"])
+    params = band_params(args, minimal=["fmn", "fab"])
+    whole = 48 * (1 + attack_passes(params, eps_grid(params, "synthetic"), 10))
+    fmn, fab = 48 * (2 * 2 * 5 + 10), 48 * 3 * 11
+    (clean,) = [r for r in records if r["metric"] == "clean_accuracy"]
+    attacked = round(clean["value"] * clean["n"] / 100)  # every clean-correct image, in batches of 16
+    shares = [min(attacked, stop) / attacked for stop in range(16, attacked + 16, 16)]
+    assert len(shares) >= 2
+    steps = [whole - fab - fmn + fmn * f for f in shares] + [whole - fab + fab * f for f in shares]
+    assert credited[-len(steps):] == pytest.approx(steps)

@@ -32,7 +32,8 @@ class EngineSettings:
     enter); 1 on a CPU, where a read is free and a finished row must not cost another step. speculate: rows enter
     before the rows they depend on have finished, when the pool has room (a GPU's width for fewer iterates; the
     results are the same, the work larger). progress: called as progress(done, total, rows_left) at each compaction,
-    in row-steps declared (steps + 1 per row; skipped steps count as done). It only reports.
+    in row-steps declared (steps + 1 per row; skipped steps count as done); by a minimum-norm attack after each batch,
+    in images. It only reports.
     """
 
     num_classes: int
@@ -141,6 +142,15 @@ class MinimalAttack(Attack):
     a threat model (L-inf or L2 on [0, 1] pixels), rather than whether one of radius eps exists."""
 
     MINIMAL: ClassVar[bool] = True
+    BATCH: ClassVar[int] = 250  # images per library call, whatever the engine's pool: a result never depends on it
+
+    def batches(self, n: int, settings: EngineSettings) -> Iterator[slice]:
+        """The BATCH-image slices of n images, in order; after each, settings.progress(images done, n, images left)."""
+        for start in range(0, n, self.BATCH):
+            stop = min(n, start + self.BATCH)
+            yield slice(start, stop)
+            if settings.progress is not None:
+                settings.progress(stop, n, n - stop)
 
     def distances(self, model: Classifier, images: torch.Tensor, labels: torch.Tensor,
                   settings: EngineSettings) -> torch.Tensor:

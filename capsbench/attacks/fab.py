@@ -9,7 +9,7 @@ import torch
 import torchattacks
 
 from capsbench.attacks.base import EngineSettings, MinimalAttack
-from capsbench.attacks.fmn import BATCH, found_distance
+from capsbench.attacks.fmn import found_distance
 from capsbench.models import Classifier, LogitsAdapter
 
 
@@ -40,7 +40,6 @@ class FAB(MinimalAttack):
         attack = torchattacks.FAB(LogitsAdapter(model).eval(), norm="L2" if settings.norm == "l2" else "Linf",
                                   eps=reach, steps=self.steps, n_restarts=1, n_classes=settings.num_classes,
                                   seed=settings.seed)
-        out = [found_distance(model, images[i:i + BATCH], labels[i:i + BATCH],
-                              attack(images[i:i + BATCH], labels[i:i + BATCH]), settings.norm)
-               for i in range(0, len(images), BATCH)]
+        out = [found_distance(model, images[b], labels[b], attack(images[b], labels[b]), settings.norm)
+               for b in self.batches(len(images), settings)]
         return torch.cat(out) if out else torch.empty(0, device=images.device)

@@ -19,7 +19,6 @@ from foolbox.devutils import atleast_kd, flatten
 from capsbench.attacks.base import EngineSettings, MinimalAttack, decisions
 from capsbench.models import Classifier, LogitsAdapter
 
-BATCH = 250  # images per call, whatever the engine's pool: a result never depends on the batch
 SEARCH_STEPS = 10  # the boundary search from the clean image towards the start (foolbox's default)
 
 
@@ -50,11 +49,11 @@ class FMN(MinimalAttack):
         fmodel = foolbox.PyTorchModel(LogitsAdapter(model).eval(), bounds=(0.0, 1.0))
         make = ProjectingL2FMN if settings.norm == "l2" else foolbox.attacks.LInfFMNAttack
         attack = make(steps=self.steps, binary_search_steps=SEARCH_STEPS)
-        decided = torch.cat([decisions(model, images[i:i + BATCH]) for i in range(0, len(images), BATCH)] or
-                            [labels[:0]])
+        decided = torch.cat([decisions(model, images[i:i + self.BATCH]) for i in range(0, len(images), self.BATCH)]
+                            or [labels[:0]])
         out = []
-        for i in range(0, len(images), BATCH):
-            x, y = images[i:i + BATCH], labels[i:i + BATCH]
+        for b in self.batches(len(images), settings):
+            x, y = images[b], labels[b]
             _, adversarial, _ = attack(fmodel, x, y, epsilons=None)
             found = found_distance(model, x, y, adversarial, settings.norm)
             start = nearest_other_class(x, y, images, decided, settings.norm)

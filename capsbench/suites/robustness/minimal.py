@@ -30,9 +30,10 @@ def ensemble_bound(worst: dict[float, np.ndarray], clean_ok: np.ndarray) -> np.n
 
 
 def minimal_records(run: UnitAttacks, names: list[str], worst: dict[float, np.ndarray], grid: list[float],
-                    done: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                    progress: Callable[[str], Callable[[int, int, int], None]] | None = None
+                    ) -> list[dict[str, Any]]:
     """The minimum-norm attacks `names` on every clean-correct image and the records of the smallest perturbations
-    (see module docstring); done(name) after each attack."""
+    (see module docstring); progress(name) follows attack `name` (images done, images, images left)."""
     ok = run.clean_ok
     index = torch.from_numpy(np.nonzero(ok)[0]).to(run.images.device)
     bound = ensemble_bound(worst, ok)
@@ -40,10 +41,8 @@ def minimal_records(run: UnitAttacks, names: list[str], worst: dict[float, np.nd
     for name in names:
         d = np.zeros(len(ok))
         if len(index):
-            d[ok] = run.minimal(name, index).cpu().numpy()
+            d[ok] = run.minimal(name, index, progress(name) if progress else None).cpu().numpy()
         found[name] = d
-        if done is not None:
-            done(name)
     best_attack = np.minimum.reduce(list(found.values())) if found else np.full(len(ok), np.inf)
     distance = np.minimum(best_attack, bound)
     records: list[dict[str, Any]] = [{"metric": "minimal_distance", "attack": WORST_CASE, **distance_fields(distance)}]

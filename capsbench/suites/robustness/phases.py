@@ -92,12 +92,14 @@ class UnitAttacks:
         with contextlib.nullcontext() if defended else without_unused_heads(self.model):
             return self._attack(name, args).applies_to(self.model, self.images[:1])
 
-    def minimal(self, name: str, index: torch.Tensor) -> torch.Tensor:
-        """Minimum-norm attack `name` on the images at `index` (a device tensor): their distances (inf: none found)."""
+    def minimal(self, name: str, index: torch.Tensor,
+                progress: Callable[[int, int, int], None] | None = None) -> torch.Tensor:
+        """Minimum-norm attack `name` on the images at `index` (a device tensor): their distances (inf: none found);
+        progress(images done, images, images left) after each batch."""
         start = time.perf_counter()
         with without_unused_heads(self.model):
             found = self._attack(name, None).distances(self.model, self.images[index], self.labels[index],
-                                                       self.settings)
+                                                       replace(self.settings, progress=progress))
         self.seconds[name] = time.perf_counter() - start
         return found
 
@@ -244,6 +246,21 @@ def follow_bar(bar: Progress) -> Callable[[int, int, int], None]:
         bar.add_total(total - bar.total)
         bar.update(done - bar.done)
         bar.show(f"{left:,} rows in the pool")
+
+    return follow
+
+
+def follow_images(bar: Progress, label: str, share: Callable[[float], None]) -> Callable[[int, int, int], None]:
+    """A minimum-norm attack's progress onto `bar`, started afresh for it (its images, its clock, its label), and
+    the share of its images done onto `share`."""
+    bar.reset(None)
+    bar.note(label)
+
+    def follow(done: int, total: int, left: int) -> None:
+        bar.add_total(total - (bar.total or 0))
+        bar.update(done - bar.done)
+        bar.show(f"{left:,} images left")
+        share(done / total if total else 1.0)
 
     return follow
 

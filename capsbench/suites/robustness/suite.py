@@ -30,6 +30,7 @@ from capsbench.suites.robustness.phases import (
     credit_unit,
     engine_settings,
     follow_bar,
+    follow_images,
     planned,
 )
 from capsbench.suites.robustness.tables import robustness_layout
@@ -170,9 +171,12 @@ class RobustnessSuite(Suite):
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [{"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps,
                      **accuracy_fields(clean_ok & ~worst[eps])} for eps in grid]
-        if p.minimal:  # credited attack by attack, after the fixed-eps attacks' share
-            upto = dict(zip(by_minimal, list(itertools.accumulate(by_minimal.values(), initial=fixed))[1:]))
-            records += minimal_records(run, list(p.minimal), worst, grid, done=lambda name: credit(upto[name] / whole))
+        if p.minimal:  # credited batch by batch, after the fixed-eps attacks' share
+            before = dict(zip(by_minimal, itertools.accumulate(by_minimal.values(), initial=fixed)))
+            with Progress(f"minimal {ctx.model_name} s{ctx.seed}", None, unit="image", count="images") as bar:
+                records += minimal_records(run, list(p.minimal), worst, grid, progress=lambda name: follow_images(
+                    bar, CATALOG.get(name).label,
+                    lambda share: credit((before[name] + share * by_minimal[name]) / whole)))
         if detector is not None:
             records += detected
         records += [{"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
