@@ -13,11 +13,14 @@ from torch import nn
 from capsbench.attacks import EngineSettings, build, decisions
 from capsbench.models import Classifier, ModelOutput
 from capsbench.reporting.formatting import cell_text
+from capsbench.reporting.frame import records_frame
 from capsbench.reporting.model import Header, Measured, Table
-from capsbench.reporting.tables import _cells_note
+from capsbench.reporting.outputs import suite_layout
+from capsbench.reporting.tables import _cells_note, build_tables
+from capsbench.suites import SUITES
 from capsbench.suites.robustness.minimal import TOO_WEAK, ensemble_bound, minimal_records
 from capsbench.util.image_tests import signed_rank_p
-from capsbench.util.stats import decode_values, distance_fields, median_interval
+from capsbench.util.stats import accuracy_fields, decode_values, distance_fields, median_interval
 
 SETTINGS = EngineSettings(num_classes=10, seed=0, batch_size=8)
 
@@ -114,6 +117,26 @@ def test_the_median_table_names_the_order_statistic_interval():
     share = Table("clean", "", ["model"], [("capsnet",)], [Header("test_accuracy", "clean", "%")],
                   {(0, "test_accuracy"): Measured(98.0, None, 1, (97.0, 98.7, 200))})
     assert "95 % Wilson interval over 200 test images" in _cells_note(share, compared=False, noisy=True)
+
+
+def test_each_tables_bold_rule_names_the_per_image_test_its_comparison_runs():
+    """The worst case compares outcomes per image (McNemar); the median distance compares distances per image (the
+    signed-rank test): each table's note names its own test, never the other's."""
+    rng = np.random.default_rng(0)
+    records = []
+    for model, shift in (("capsnet", 0.3), ("cnn_sabour", 0.0)):
+        for seed in range(3):
+            common = {"suite": "robustness_l2", "model": model, "dataset": "mnist", "seed": seed}
+            records.append({**common, "metric": "clean_accuracy", **accuracy_fields(np.ones(60, bool))})
+            records.append({**common, "metric": "robust_accuracy", "attack": "worst_case", "eps": 1.0,
+                            **accuracy_fields(rng.random(60) < 0.5 + shift)})
+            records.append({**common, "metric": "minimal_distance", "attack": "worst_case",
+                            **distance_fields(rng.random(60) + shift)})
+    suite = SUITES.get("robustness_l2")
+    tables = {t.name: t for t in build_tables(records_frame(records, suite), suite, suite_layout(suite))}
+    worst, minimal = (" ".join(tables[name].notes) for name in ("worst_case", "minimal"))
+    assert "McNemar" in worst and "signed-rank" not in worst
+    assert "signed-rank" in minimal and "McNemar" not in minimal
 
 
 class Linear(Classifier):

@@ -90,6 +90,7 @@ class _Builder:
         self.keys = self._row_keys()
         self.compared = False  # whether any column names a best cell
         self.compared_noisy = False  # whether any compared column is a measurement (not an exact count)
+        self.image_tests: set[str] = set()  # the per-image tests behind a compared measurement's bold (IMAGE_TESTS)
         self.table = Table(
             name="",
             title="",
@@ -217,6 +218,8 @@ class _Builder:
         if metric.higher_is_better is not None:
             self.compared = True
             self.compared_noisy |= not metric.exact
+            if not metric.exact:
+                self.image_tests |= {image_test(c) for block in per_block.values() for c in block.values()} - {None}
             for block in per_block.values():
                 verdict = best_row(block, higher_is_better=metric.higher_is_better, exact=metric.exact)
                 if verdict.best is not None:
@@ -299,7 +302,7 @@ class _Builder:
             notes.append(
                 f"{UNDERTRAINED_MARK} undertrained: validation accuracy stayed below the floor; never compared"
             )
-        notes.append(_cells_note(t, self.compared, self.compared_noisy))
+        notes.append(_cells_note(t, self.compared, self.compared_noisy, self.image_tests))
         if (drawn := draw_note(self.data)) is not None:
             notes.append(drawn)
         return notes
@@ -321,7 +324,20 @@ def seeds_words(seeds: list[int]) -> str:
     return f"{', '.join(words[:-1])} or {words[-1]} seeds"
 
 
-def _cells_note(t: Table, compared: bool, noisy: bool) -> str:
+IMAGE_TESTS = {  # the per-image test a compared cell's bold also needs, as capsbench.reporting.significance runs it
+    "mcnemar": "McNemar's test on the distinct test images (each once, whatever the seeds)",
+    "signed_rank": "Wilcoxon's signed-rank test on the distinct test images (each image's distance averaged over the "
+                   "seeds)",
+}
+
+
+def image_test(cell: Cell) -> str | None:
+    """Which per-image test a cell's comparison runs: on outcomes (right or wrong per image), else on per-image
+    values (distances), else none."""
+    return "mcnemar" if cell.outcomes else "signed_rank" if cell.per_image else None
+
+
+def _cells_note(t: Table, compared: bool, noisy: bool, image_tests: set[str] = frozenset()) -> str:
     measured = [c for c in t.cells.values() if isinstance(c, Measured)]
     seeds = sorted({c.seeds for c in measured})
     images = sorted({c.interval[2] for c in measured if c.interval})
@@ -345,9 +361,10 @@ def _cells_note(t: Table, compared: bool, noisy: bool) -> str:
     if compared and noisy and max(seeds, default=1) < 2:
         text += "; nothing is bold: one seed compares these weights, not the architectures (seeds=[0,1,2] does)"
     elif compared and noisy:
-        text += ("; bold: strictly ahead of the runner-up in every seed, with a t-test on the per-seed differences "
-                 "and McNemar's test on the distinct test images (each once, whatever the seeds) both p < 0.05; "
-                 "nothing bold where no model is")
+        tests = ["a t-test on the per-seed differences"] + [IMAGE_TESTS[k] for k in sorted(image_tests)]
+        text += (f"; bold: strictly ahead of the runner-up in every seed, with {' and '.join(tests)}"
+                 f"{' each' if len(tests) > 2 else ' both' if len(tests) == 2 else ''} p < 0.05; nothing bold where no "
+                 "model is")
     elif compared:
         text += "; bold: the best exact count (no noise)"
     return text
