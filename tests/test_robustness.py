@@ -230,6 +230,9 @@ def test_fired_flags_are_footnotes_of_the_table(tmp_path):
         ("params.minimal=[fmn,fab,fmn]", "'fmn' is named twice in params.minimal"),
         ("params.attack_args.apgd.steps=0", "params.attack_args.apgd.steps"),
         ("params.attack_args.apgd.step=5", "apgd has no setting 'step'"),
+        ("params.attack_args.apgd.steps=[3,4]", "apgd.steps takes one value, not a list"),
+        ("params.attack_args.fmn.steps=null", "fmn.steps has no off value \\(null\\): .* its default 100"),
+        ("params.attack_args.apgd.long_steps=null", None),  # null is long_steps' default: no long schedule
         ("params.compact_every=0", "must be >= 1"),
         ("params.detection_fpr=1.5", "false-positive rate in \\(0, 1\\)"),
         ("dataset=mnist", None),

@@ -10,7 +10,7 @@ args) imports the attack (and torch) and constructs it with the settings given.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,8 +90,8 @@ for _name, _target in {
 
 
 def check_attack_args(attack_args: Mapping[str, Any], where: str = "params.attack_args") -> None:
-    """Every attack named has the settings given, each in its declared range (null: the setting's off value);
-    the error names `<where>.<attack>.<setting>`."""
+    """Every attack named has the settings given, each one value in its declared range (null only for a setting
+    whose default is null, its off value); the error names `<where>.<attack>.<setting>`."""
     for name, args in attack_args.items():
         if name not in CATALOG:
             raise CapsbenchError(f"unknown attack {name!r} in {where}: {close_matches(str(name), CATALOG.names())}")
@@ -106,8 +106,14 @@ def check_attack_args(attack_args: Mapping[str, Any], where: str = "params.attac
                 accepted = ", ".join(entry.arguments) or "none"
                 raise CapsbenchError(f"{name} has no setting {key!r} ({where}.{name}.{key}): its settings are "
                                      f"{accepted}")
+            default, setting = entry.arguments[key], f"{where}.{name}.{key}"
+            if value is None and default is not None:
+                raise CapsbenchError(f"{setting} has no off value (null): give it one, e.g. its default {default!r}")
+            if isinstance(value, Sequence) and not isinstance(value, str) and not isinstance(default, (list, tuple)):
+                raise CapsbenchError(f"{setting} takes one value, not a list ({list(value)}): e.g. "
+                                     f"{setting}={value[0] if len(value) else default!r}")
             if value is not None and key in entry.ranges:
-                check_value(f"{where}.{name}.{key}", value, entry.ranges[key])
+                check_value(setting, value, entry.ranges[key])
 
 
 def build(name: str, args: Mapping[str, Any] | None = None) -> Attack:
