@@ -153,6 +153,13 @@ def test_declared_work_counts_every_grid_point_of_every_grid_digit(smoke):
     ("params.worst_translation=25", r"worst_translation must be in \[0, 20\]"),
     ("params.worst_scale=1.5", "worst_scale must be"),
     ("params.worst_images=-1", "worst_images must be >= 0"),
+    ("params.canvas=0", "params.canvas must be at least the digit's side"),
+    ("params.sweep_images=-1", "params.sweep_images must be a count >= 1"),
+    ("params.affnist_images=-5", "params.affnist_images must be a count >= 1"),
+    ("params.scale=[0.0,1.0]", r"params.scale takes factors > 0; \[0.0\] are not"),
+    ("params.translation=[100.0]", "params.translation takes pixels within the canvas"),
+    ("params.rotation=[1000.0]", "params.rotation takes degrees"),
+    ("params.min_scale=0", "0 < params.min_scale <= params.max_scale"),
 ])
 def test_a_grid_that_cannot_work_is_refused_before_anything_runs(tmp_path, setting, message):
     with pytest.raises(CapsbenchError, match=message):

@@ -3,6 +3,7 @@ that a config is validated before any heavy library loads. Robustness has its ow
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,25 @@ class AffineParams:
     @staticmethod
     def validate(cfg: Any) -> None:
         p = cfg.params
+        if p.canvas < 28:
+            raise CapsbenchError(f"params.canvas must be at least the digit's side, 28 pixels (affNIST: 40), got "
+                                 f"{p.canvas}")
+        for key in ("sweep_images", "affnist_images"):
+            if p[key] is not None and p[key] < 1:
+                raise CapsbenchError(f"params.{key} must be a count >= 1, or null for every test image, got {p[key]}")
+        if not (0.0 <= p.max_rotation_deg <= 180.0 and p.max_shear >= 0.0 and 0.0 < p.min_scale <= p.max_scale):
+            raise CapsbenchError(
+                "the training augmentation needs params.max_rotation_deg in [0, 180], params.max_shear >= 0 and "
+                f"0 < params.min_scale <= params.max_scale, got {p.max_rotation_deg}, {p.max_shear}, {p.min_scale} "
+                f"and {p.max_scale}")
+        sweeps = {"rotation": (lambda v: abs(v) <= 360.0, "degrees in [-360, 360]"),
+                  "scale": (lambda v: v > 0.0, "factors > 0"),
+                  "shear": (math.isfinite, "finite numbers"),
+                  "translation": (lambda v: abs(v) < p.canvas, f"pixels within the canvas, (-{p.canvas}, {p.canvas})")}
+        for key, (valid, words) in sweeps.items():
+            if bad := [v for v in p[key] if not valid(v)]:
+                raise CapsbenchError(f"params.{key} takes {words}; {bad} are not (an empty list measures no {key} "
+                                     "sweep)")
         if p.worst_images is not None and p.worst_images < 0:
             raise CapsbenchError(f"params.worst_images must be >= 0 (0: no worst-case grid) or null for every test "
                                  f"image, got {p.worst_images}")
