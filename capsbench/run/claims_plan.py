@@ -118,6 +118,7 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     folder = Path(str(own["baselines_dir"])) if own.get("baselines_dir") else None
     wanted = _chosen(own, claim_ids(folder))  # before load_claims, which imports the suites (and torch)
     claims = [c for c in load_claims(folder) if wanted is None or c.id in wanted]
+    _refuse_overridden(claims, params)
     base = compose(common, require_suite=False, resolve_device=False)  # the settings every section shares
     # device=auto resolves as the run will, so that a dry run's units are the run's (and a unit it finished, finished);
     # only device=cuda on a machine without one stays as it is, priced as `gpu`
@@ -342,6 +343,23 @@ def _measured(claim: Claim, need: Need, budget: str) -> tuple[int | None, tuple[
     alone = set(shipped.params.get("attacks", ())) if "params" in shipped and shipped.params else set()
     reads = {a for a in ({**claim.sweep, **s.sweep}.get("attack") for s in (claim.better, claim.worse)) if a}
     return images, tuple(sorted(need.eps)), tuple(sorted(reads - alone - {WORST_CASE}))
+
+
+def _refuse_overridden(claims: list[Claim], params: dict[str, Any]) -> None:
+    """A params.* setting that a claim's protocol fixes (its `run`) is the claim's: the command line setting it
+    otherwise is refused, never silently replaced."""
+    for claim in claims:
+        for key, value in claim.run.items():
+            name = key.removeprefix("params.")
+            if key.startswith("params.") and name in params and params[name] != value:
+                raise CapsbenchError(f"params.{name}={_typed(params[name])} conflicts with claim {claim.id}, whose "
+                                     f"protocol sets {key}={_typed(value)}: drop it, or leave {claim.id} out of "
+                                     "claims=[...]")
+
+
+def _typed(value: Any) -> str:
+    """A setting as the command line writes it: [a,b] for a list."""
+    return f"[{','.join(map(str, value))}]" if isinstance(value, (list, tuple)) else str(value)
 
 
 def _own_params(suite: str, params: dict[str, Any]) -> dict[str, Any]:
