@@ -176,6 +176,54 @@ def test_bad_input_stops_the_claims_run(tmp_path: Path, args, message):
     assert not (tmp_path / "claims").exists()
 
 
+MINE = """source: {id: mine, citation: "Me. A paper. 2026", arxiv: "2101.12491"}
+claims:
+  - id: mine-params
+    statement: "Efficient-CapsNet has fewer parameters"
+    where: Table 2
+    suite: efficiency
+    dataset: mnist
+    metric: params
+    sweep: {part: total}
+    better: {model: effcapsnet, published: 0.161}
+    worse: {model: capsnet, published: 6.8}
+"""
+
+
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("model: effcapsnet,", "model: nosuchnet,", "claim mine-params: unknown model 'nosuchnet'"),
+        ("suite: efficiency", "suite: nosuite", "claim mine-params: unknown suite 'nosuite'"),
+        ("published: 0.161}", "published: 0.161, model_args: {decoder_hidden: -3}}",
+         "claim mine-params: model_args.effcapsnet.decoder_hidden must be"),
+        ("where: Table 2", "where: Table: 2", "mine.yaml:5:17: not valid YAML"),  # the colon after Table, by line and column
+        ("id: mine-params", "id: 42", "'claims[0].id' = 42 must be a name"),
+    ],
+)
+def test_a_mistake_in_a_users_claims_file_is_reported_at_the_file_and_claim(tmp_path: Path, old, new, message):
+    assert old in MINE
+    folder = tmp_path / "mine" / "claims"
+    folder.mkdir(parents=True)
+    (folder / "mine.yaml").write_text(MINE.replace(old, new, 1))
+    out = tmp_path / "out"
+    args = ["run", "suite=claims", "budget=smoke", f"baselines_dir={folder.parent}", "claims=[mine-params]",
+            f"output_dir={out}", "--dry-run"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and message in result.output and str(folder / "mine.yaml") in result.output
+    assert not out.exists()
+
+
+def test_a_users_claims_file_without_mistakes_is_planned(tmp_path: Path):
+    folder = tmp_path / "mine" / "claims"
+    folder.mkdir(parents=True)
+    (folder / "mine.yaml").write_text(MINE)
+    args = ["run", "suite=claims", "budget=smoke", f"baselines_dir={folder.parent}", "claims=[mine-params]",
+            f"output_dir={tmp_path / 'out'}", "--dry-run"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and "claim mine-params: 2 units" in result.output, result.output
+
+
 def test_claims_runs_alone(tmp_path: Path):
     result = CliRunner().invoke(app, ["run", "suite=[claims,accuracy]", f"output_dir={tmp_path}"])
     assert result.exit_code == 2 and "suite=claims runs alone" in result.output

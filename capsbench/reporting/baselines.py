@@ -83,7 +83,10 @@ def read_sourced_list(path: Path, key: str) -> Sourced:
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise CapsbenchError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); fix the syntax") from None
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CapsbenchError(f"{path}{at}: not valid YAML ({problem}); fix the syntax there") from None
     if not isinstance(doc, dict) or set(doc) != {"source", key}:
         got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
         raise CapsbenchError(f"{path}: expected a mapping with exactly the keys 'source' and '{key}', got {got}")

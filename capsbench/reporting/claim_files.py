@@ -111,6 +111,7 @@ class Claim:
     train: dict[str, Any] = field(default_factory=dict)  # target_val_accuracy (%) and max_epochs of both sides
     relation: str = "beats"  # or parity / no_better, tested against `margin` (RELATIONS)
     margin: float | None = None  # parity and no_better: the difference (metric units) that would contradict them
+    origin: str = ""  # its file and id, as errors name it
 
     @property
     def primary(self) -> bool:
@@ -135,8 +136,15 @@ def load_claims(directory: Path | None = None) -> list[Claim]:
 def claim_ids(directory: Path | None = None) -> list[str]:
     """The ids of every claim under <baselines>/claims/, read without validating (nor importing the suites, torch)."""
     folder = (directory or baselines_dir()) / "claims"
-    return [str(c.get("id")) for p in sorted(folder.glob("*.yaml")) for c in read_sourced_list(p, "claims").entries
-            if isinstance(c, dict)]
+    ids = []
+    for path in sorted(folder.glob("*.yaml")):
+        for i, c in enumerate(read_sourced_list(path, "claims").entries):
+            if isinstance(c, dict):
+                if not isinstance(c.get("id"), str) or not NAME.match(c["id"]):
+                    raise CapsbenchError(f"{path}: 'claims[{i}].id' = {c.get('id')!r} must be a name (letters, "
+                                         "digits, '_ - . / space'), e.g. author2024-what")
+                ids.append(c["id"])
+    return ids
 
 
 def load_claims_file(path: Path) -> list[Claim]:
@@ -152,8 +160,8 @@ def _named(path: Path, raw: Any) -> str:
 
 def _claim(path: str, where: str, raw: Any, source: str, unsourced: str | None) -> Claim:
     entry = check_mapping(path, where, raw, _CLAIM_KEYS, _REQUIRED_CLAIM)
-    for key in ("suite", "dataset", "metric"):
-        if not NAME.match(entry[key]):
+    for key in ("id", "suite", "dataset", "metric"):
+        if not isinstance(entry[key], str) or not NAME.match(entry[key]):
             raise CapsbenchError(
                 f"{path}: '{where}.{key}' = {entry[key]!r} may use only letters, digits, '_ - . / space'"
             )
@@ -206,6 +214,7 @@ def _claim(path: str, where: str, raw: Any, source: str, unsourced: str | None) 
         train=dict(train),
         relation=relation,
         margin=None if margin is None else float(margin),
+        origin=str(path),
     )
 
 

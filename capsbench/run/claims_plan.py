@@ -22,7 +22,7 @@ from capsbench.config.request import Request, nest
 from capsbench.data import DATASETS
 from capsbench.data.files import DATA_FILES
 from capsbench.errors import CapsbenchError
-from capsbench.models import MODELS
+from capsbench.models import MODELS, check_model_arguments
 from capsbench.reporting.baselines import logged_text
 from capsbench.reporting.claim_files import CLAIMS_SUITE, Claim, Side, claim_ids, load_claims
 from capsbench.run.claims_sizing import Need, claim_need, eps_grid
@@ -120,6 +120,8 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     claims = [c for c in load_claims(folder) if wanted is None or c.id in wanted]
     _refuse_overridden(claims, params)
     base = compose(common, require_suite=False, resolve_device=False)  # the settings every section shares
+    for claim in claims:  # after compose, which registers the command line's model aliases
+        _check_runnable(claim)
     # device=auto resolves as the run will, so that a dry run's units are the run's (and a unit it finished, finished);
     # only device=cuda on a machine without one stays as it is, priced as `gpu`
     resolve = gpu is None or not str(base.device).startswith("cuda")
@@ -343,6 +345,18 @@ def _measured(claim: Claim, need: Need, budget: str) -> tuple[int | None, tuple[
     alone = set(shipped.params.get("attacks", ())) if "params" in shipped and shipped.params else set()
     reads = {a for a in ({**claim.sweep, **s.sweep}.get("attack") for s in (claim.better, claim.worse)) if a}
     return images, tuple(sorted(need.eps)), tuple(sorted(reads - alone - {WORST_CASE}))
+
+
+def _check_runnable(claim: Claim) -> None:
+    """A chosen claim's suite, each side's model and its arguments exist in this install; the error names the claim's
+    file and id."""
+    try:
+        SUITES.get(claim.suite)
+        for name in SIDES:
+            side = getattr(claim, name)
+            check_model_arguments(side.model, side.model_args)
+    except CapsbenchError as exc:
+        raise CapsbenchError(f"{claim.origin}: {exc}") from None
 
 
 def _refuse_overridden(claims: list[Claim], params: dict[str, Any]) -> None:
