@@ -164,6 +164,7 @@ def test_a_claim_lacking_data_is_listed_while_the_others_run(tmp_path: Path, mon
         (["claims=[sabour2017-mnist-r9]"], "unknown claim 'sabour2017-mnist-r9'"),
         (["claims=[sabour2017-params,sabour2017-params]"], "claims lists sabour2017-params more than once"),
         (["models=[capsnet]"], "suite=claims takes the models and datasets each claim names; drop models="),
+        (["claims="], "claims= names no claim: give the ids"),
         (["params.pgd_stepz=3"], "params.pgd_stepz is a setting of no suite"),
         (["claims=[michels2019-mnist-minimal]", "params.minimal=[fab]"],
          "params.minimal=[fab] conflicts with claim michels2019-mnist-minimal, whose protocol sets "

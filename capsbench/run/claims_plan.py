@@ -106,6 +106,9 @@ def plan_claims(request: Request, command: str = "", gpu: str | None = None) -> 
     torch is imported. `command`: the command line as typed, for the claims table. `gpu`: price device=cuda on this
     GPU (a plan made where there is none: --dry-run), and leave device=cuda unchecked."""
     own = {k: request.get(k) for k in OWN_KEYS if request.get(k) is not None}
+    if "claims" in request.line and request.line["claims"] is None:  # one keystroke from every claim: hours of work
+        raise CapsbenchError("claims= names no claim: give the ids, e.g. claims=[sabour2017-params], or leave claims= "
+                             "out to run every claim")
     for key in (*request.line, *request.file):
         if key in CHOSEN_BY_CLAIMS:
             raise CapsbenchError(f"suite=claims takes the models and datasets each claim names; drop {key}= "
