@@ -198,7 +198,7 @@ claims:
         ("suite: efficiency", "suite: nosuite", "claim mine-params: unknown suite 'nosuite'"),
         ("published: 0.161}", "published: 0.161, model_args: {decoder_hidden: -3}}",
          "claim mine-params: model_args.effcapsnet.decoder_hidden must be"),
-        ("where: Table 2", "where: Table: 2", "mine.yaml:5:17: not valid YAML"),  # the colon after Table, by line and column
+        ("where: Table 2", "where: Table: 2", "mine.yaml:5:17: not valid YAML"),  # line 5, column 17
         ("id: mine-params", "id: 42", "'claims[0].id' = 42 must be a name"),
     ],
 )

@@ -143,7 +143,7 @@ def test_an_attack_phase_credits_what_it_forwarded_and_reaches_its_end_only_at_i
     run = UnitAttacks(model, images, labels, np.ones(12, dtype=bool), grid,
                       replace(SETTINGS, batch_size=30, early_exit=True, progress=hook),
                       {"apgd": {"steps": 4}, "apgd_targeted": {"steps": 4}})
-    run.run(planned(params, grid, None), credit=shares.append)
+    run.run(planned(params, grid, None), work=lambda done, total: shares.append(done / total))
     done = [d for d, _, _ in calls]
     assert done[-1] == run.counts.row_steps  # the row-steps the engine forwarded, by its own count
     assert all(b > a for a, b, (*_, rows) in zip(done, done[1:], calls) if rows)  # moves whenever rows ran

@@ -414,21 +414,29 @@ def test_long_apgd_steps_apply_from_their_eps_and_are_stated():
     assert "25 steps" in line and "100 steps at eps >= 0.15" in line
 
 
-def test_a_units_progress_reaches_its_declared_work_only_after_the_minimum_norm_attacks(monkeypatch):
-    """The fixed-eps attacks are credited their share of the unit's declared passes, then each minimum-norm attack its
-    own batch by batch (it runs for minutes on a unit's images): the unit reads 100 % only at its end."""
+def test_a_units_progress_gives_each_phase_the_share_it_took_and_reaches_its_end_only_at_its_end(monkeypatch):
+    """The fixed-eps attacks declare a ceiling that early exit undercuts; the minimum-norm attacks run every step on
+    every image. The unit's share done is passes done over passes done plus those still to do: the fixed-eps attacks
+    end at the share they took (below the one they declared), then each minimum-norm attack moves it batch by batch,
+    and it is whole only at the unit's end."""
     monkeypatch.setattr(MinimalAttack, "BATCH", 16)
     args = {**FEW_STEPS, "fmn": {"steps": 5}, "fab": {"steps": 3}}
     credited: list[float] = []
     with on_measured(credited.append):
         records = measure(BandModel(), args, minimal=["fmn", "fab"])
     params = band_params(args, minimal=["fmn", "fab"])
-    whole = 48 * (1 + attack_passes(params, eps_grid(params, "synthetic"), 10))
-    fmn, fab = 48 * (2 * 2 * 5 + 10), 48 * 3 * 11  # FMN: two starts of a forward and a backward per step, and a
+    n, per_image = 48, attack_passes(params, eps_grid(params, "synthetic"), 10)
+    fmn, fab = n * (2 * 2 * 5 + 10), n * 3 * 11  # FMN: two starts of a forward and a backward per step, and a
     # 10-step boundary search; FAB: a forward and every class's gradient per step
+    assert credited == sorted(credited) and credited[-1] == pytest.approx(n * (1 + per_image))
+    share = [(c / n - 1) / per_image for c in credited]  # each credit: the clean pass, then the attacks' share
     (clean,) = [r for r in records if r["metric"] == "clean_accuracy"]
     attacked = round(clean["value"] * clean["n"] / 100)  # every clean-correct image, in batches of 16
-    shares = [min(attacked, stop) / attacked for stop in range(16, attacked + 16, 16)]
-    assert len(shares) >= 2
-    steps = [whole - fab - fmn + fmn * f for f in shares] + [whole - fab + fab * f for f in shares]
-    assert credited == sorted(credited) and credited[-len(steps):] == pytest.approx(steps)
+    batches = [min(attacked, stop) / attacked for stop in range(16, attacked + 16, 16)]
+    assert len(batches) >= 2
+    ended = share[-2 * len(batches) - 1]  # the fixed-eps attacks' end: fixed / (fixed + fmn + fab)
+    fixed = ended * (fmn + fab) / (1 - ended)
+    assert 0 < fixed < n * per_image - fmn - fab  # early exit ended rows: fewer passes than declared
+    expected = [(fixed + fmn * b) / (fixed + fmn + fab) for b in batches]
+    expected += [(fixed + fmn + fab * b) / (fixed + fmn + fab) for b in batches]
+    assert share[-len(expected):] == pytest.approx(expected)

@@ -107,12 +107,13 @@ class UnitAttacks:
         """Attack `name` with these settings (else the unit's), in the unit's threat model."""
         return build(name, args if args is not None else self.args.get(name)).for_norm(self.settings.norm)
 
-    def run(self, attacks: list[Planned], *, credit: Callable[[float], None] | None = None,
+    def run(self, attacks: list[Planned], *, work: Callable[[float, float], None] | None = None,
             overrides: dict[str, dict[str, Any]] | None = None, quiet: bool = False) -> None:
         """Every attack of `attacks`, in order: runs of consecutive row attacks as one pool, each query attack on its
         own. overrides: settings added to some attacks' (the detector's threshold); quiet: the breaks are recorded
-        but kept out of the worst case of later phases (the detection-aware attack). credit(share) follows the work
-        of the whole list."""
+        but kept out of the worst case of later phases (the detection-aware attack). work(done, total) follows the
+        list in image passes: those done, and those plus the passes still to do (an attack's declared passes until
+        it runs; as it runs, a row that early exit ends and an image an earlier attack broke leave the total)."""
         overrides = overrides or {}
         chosen = []
         for a in attacks:
@@ -122,31 +123,48 @@ class UnitAttacks:
                 self.skipped[a.name] = reason
             else:
                 chosen.append((a, self._attack(a.name, args)))
-        norm = self.settings.norm
-        weights = [sum(attack.cost(e, self.settings.num_classes, norm) for e in a.eps) for a, attack in chosen]
-        done, whole = 0.0, sum(weights) or 1.0
-        i = 0
+        weights = [len(self.clean_ok) * sum(self._cost(attack, e) for e in a.eps) for a, attack in chosen]
+        finished, i = 0.0, 0
         while i < len(chosen):
             j = i + 1
             if isinstance(chosen[i][1], RowAttack):
                 while j < len(chosen) and isinstance(chosen[j][1], RowAttack):
                     j += 1
-            weight = sum(weights[i:j])
-            share = (lambda s, d=done, w=weight: credit((d + w * s) / whole)) if credit else None
+            seen = [0.0]  # the passes this phase has done so far
+
+            def phase(done: float, total: float, before: float = finished, later: float = sum(weights[j:]),
+                      seen: list[float] = seen) -> None:
+                seen[0] = done
+                if work is not None:
+                    work(before + done, before + total + later)
+
             if isinstance(chosen[i][1], RowAttack):
-                self._pool(chosen[i:j], share, quiet)
+                self._pool(chosen[i:j], phase, sum(weights[i:j]), quiet)
             else:
-                self._query(*chosen[i], share)
-            done += weight
+                self._query(*chosen[i], phase)
+            finished += seen[0]
             i = j
 
-    def _pool(self, chosen: list[tuple[Planned, RowAttack]], share: Callable[[float], None] | None,
+    def _cost(self, attack: Any, eps: float) -> float:
+        """An attack's declared image passes of one image at `eps` in this unit's threat model."""
+        return attack.cost(eps, self.settings.num_classes, self.settings.norm)
+
+    def _pool(self, chosen: list[tuple[Planned, RowAttack]], phase: Callable[[float, float], None], declared: float,
               quiet: bool) -> None:
+        """The row attacks `chosen` as one pool; phase(done, total) in image passes: the engine's row-steps, scaled so
+        that its first total (before early exit has ended any row) is the attacks' `declared` passes."""
+        scale: list[float] = []
+
+        def passes(done: int, total: int, left: int) -> None:
+            if not scale:
+                scale.append(declared / total if total else 0.0)
+            phase(done * scale[0], total * scale[0])
+
         candidates = self.clean_ok
         jobs = [Job(a.name, attack, a.eps, candidates, a.alone,
                     {e: attack.passes(e, self.settings.num_classes, self.settings.norm) for e in a.eps})
                 for a, attack in chosen]
-        follow = _work_left(self.settings.compact_every, _sharing(self.settings.progress, share))
+        follow = _work_left(self.settings.compact_every, _both(self.settings.progress, passes))
         engine = RowEngine(self.model, self.images, self.labels, range(len(self.clean_ok)), self.grid,
                            replace(self.settings, progress=follow))
         start = time.perf_counter()
@@ -164,20 +182,30 @@ class UnitAttacks:
             if outcome.adversarial is not None:
                 self.adversarial[a.name] = {e: outcome.adversarial[:, j] for e, j in column.items()}
 
-    def _query(self, a: Planned, attack: QueryAttack, share: Callable[[float], None] | None) -> None:
+    def _query(self, a: Planned, attack: QueryAttack, phase: Callable[[float, float], None]) -> None:
         """A query attack at each of its eps, on the images every attack so far left robust there (alone: on every
-        clean-correct image)."""
+        clean-correct image); phase(done, total) in image passes, each eps declared for every image until the images
+        left robust there are known."""
         start = time.perf_counter()
         self.broken[a.name], self.adversarial[a.name] = {}, {}
         worst = worst_case_broken(self.broken, a.eps, len(self.clean_ok))
-        for e in a.eps:
+        done = 0.0
+        for k, e in enumerate(a.eps):
             todo = self.clean_ok if a.alone else self.clean_ok & ~worst[e]
             ids = np.nonzero(todo)[0]
+            mine, later = self._cost(attack, e) * len(ids), sum(self._cost(attack, x) for x in a.eps[k + 1:])
+            later *= len(self.clean_ok)
+            phase(done, done + mine + later)
             mask = np.zeros(len(self.clean_ok), dtype=bool)
             adversarial = self.images.clone()
             if len(ids):
                 index = torch.from_numpy(ids).to(self.images.device)
-                settings = replace(self.settings, progress=_sharing(self.settings.progress, share))
+
+                def passes(d: int, t: int, left: int, base: float = done, mine: float = mine,
+                           later: float = later) -> None:
+                    phase(base + (mine * d / t if t else mine), base + mine + later)
+
+                settings = replace(self.settings, progress=_both(self.settings.progress, passes))
                 result = attack.run(self.model, self.images[index], self.labels[index], ids.tolist(), [e], settings)
                 mask[ids] = result.broken[e].cpu().numpy()
                 adversarial[index] = result.adversarial[e]
@@ -186,6 +214,8 @@ class UnitAttacks:
                 self.adversarial[a.name][e] = adversarial[kept]
             self.broken[a.name][e] = mask
             self.rows[a.name] = self.rows.get(a.name, 0) + len(ids) * (e > 0)
+            done += mine
+        phase(done, done)
         self.seconds[a.name] = time.perf_counter() - start
 
     def _broken_from(self) -> np.ndarray:
@@ -216,17 +246,14 @@ def _work_left(every: int, progress: Callable[[int, int, int], None] | None) -> 
     return follow
 
 
-def _sharing(progress: Callable[[int, int, int], None] | None,
-             share: Callable[[float], None] | None) -> Callable[[int, int, int], None] | None:
-    """A progress callback that also tells `share` the share of the phase done."""
-    if progress is None and share is None:
-        return None
+def _both(progress: Callable[[int, int, int], None] | None,
+          other: Callable[[int, int, int], None]) -> Callable[[int, int, int], None]:
+    """A progress callback that calls both (the first may be None)."""
 
     def follow(done: int, total: int, left: int) -> None:
         if progress is not None:
             progress(done, total, left)
-        if share is not None:
-            share(done / total if total else 1.0)
+        other(done, total, left)
 
     return follow
 
@@ -263,6 +290,26 @@ def follow_images(bar: Progress, label: str, share: Callable[[float], None]) -> 
         share(done / total if total else 1.0)
 
     return follow
+
+
+class UnitWork:
+    """A unit's measuring as passes done over passes done plus passes still to do, phase by phase (the fixed-eps
+    attacks, then each minimum-norm attack): a phase counts its declared passes until it reports its own, whose total
+    shrinks as work turns out not to be needed. So a phase whose declared passes are a ceiling (early exit ends most
+    rows of the fixed-eps attacks) takes the share it took, not the one it declared; credit(share) gets the share."""
+
+    def __init__(self, declared: dict[str, float], credit: Callable[[float], None]) -> None:
+        self.total, self.done, self.credit = dict(declared), dict.fromkeys(declared, 0.0), credit
+
+    def phase(self, name: str) -> Callable[[float, float], None]:
+        """What phase `name` reports: (passes done, passes done plus those still to do)."""
+
+        def report(done: float, total: float) -> None:
+            self.done[name], self.total[name] = done, total
+            whole = sum(self.total.values())
+            self.credit(sum(self.done.values()) / whole if whole else 1.0)
+
+        return report
 
 
 def credit_unit(images: int, passes: float) -> Callable[[float], None]:

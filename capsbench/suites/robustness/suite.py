@@ -5,7 +5,6 @@ breaks, Wilson intervals on every number, each model's attack budget, and gradie
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from dataclasses import replace
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ from capsbench.suites.robustness.minimal import minimal_records
 from capsbench.suites.robustness.params import EpsGrid, eps_grid
 from capsbench.suites.robustness.phases import (
     UnitAttacks,
+    UnitWork,
     attack_images,
     credit_unit,
     engine_settings,
@@ -43,6 +43,7 @@ THREAT = {"linf": "L-inf on [0, 1] pixels (normalisation inside the model)",
           "l2": "L2 on [0, 1] pixels (normalisation inside the model)"}
 EXAMPLES_BY = "apgd"  # the attack whose adversarial examples the figure shows
 EVAL_BATCH = 500  # images per forward pass of the clean predictions, unless params.batch_size says otherwise
+FIXED_EPS = "fixed_eps"  # the unit's phase of fixed-eps attacks, beside its minimum-norm attacks (UnitWork)
 
 
 class RobustnessSuite(Suite):
@@ -153,10 +154,10 @@ class RobustnessSuite(Suite):
             if detector is not None:  # every adversarial image goes to the detector
                 run.keep = {a.name: np.arange(len(y)) for a in order}
             fixed = fixed_eps_passes(p, ctx.resources, num_classes, self.NORM)
-            by_minimal = minimal_passes(p, num_classes, self.NORM)
-            whole = fixed + sum(by_minimal.values()) or 1.0
-            credit = credit_unit(len(y), whole)
-            run.run(order, credit=lambda share: credit(share * fixed / whole))
+            by_minimal = {a: m * len(y) for a, m in minimal_passes(p, num_classes, self.NORM).items()}
+            work = UnitWork({FIXED_EPS: fixed * len(y), **by_minimal},
+                            credit_unit(len(y), fixed + sum(by_minimal.values()) / len(y)))
+            run.run(order, work=work.phase(FIXED_EPS))
             if detector is not None:
                 bar.note("detection-aware PGD")
                 detected = detection.detection_records(ctx, run, detector, grid)
@@ -171,12 +172,11 @@ class RobustnessSuite(Suite):
         worst = worst_case_broken(run.broken, grid, len(y))
         records += [{"metric": "robust_accuracy", "attack": WORST_CASE, "eps": eps,
                      **accuracy_fields(clean_ok & ~worst[eps])} for eps in grid]
-        if p.minimal:  # credited batch by batch, after the fixed-eps attacks' share
-            before = dict(zip(by_minimal, itertools.accumulate(by_minimal.values(), initial=fixed)))
+        if p.minimal:  # credited batch by batch, after the fixed-eps attacks
             with Progress(f"minimal {ctx.model_name} s{ctx.seed}", None, unit="image", count="images") as bar:
                 records += minimal_records(run, list(p.minimal), worst, grid, progress=lambda name: follow_images(
                     bar, CATALOG.get(name).label,
-                    lambda share: credit((before[name] + share * by_minimal[name]) / whole)))
+                    lambda share: work.phase(name)(share * by_minimal[name], by_minimal[name])))
         if detector is not None:
             records += detected
         records += [{"metric": "attack_throughput", "value": run.rows[a] / s, "attack": a}
