@@ -313,6 +313,7 @@ def test_a_ray_started_here_requires_a_token_of_its_own_that_no_file_holds(tmp_p
         seen["mode"] = get_authentication_mode()
         seen["worker"] = ray.get(ray.remote(lambda: (os.environ.get("RAY_AUTH_MODE"),
                                                      len(os.environ.get("RAY_AUTH_TOKEN", "")))).remote())
+        seen["python"] = ray.get(ray.remote(lambda: sys.executable).remote())
         yield from ()
 
     monkeypatch.setattr(ray_tasks.RayLauncher, "_run", probe)
@@ -320,6 +321,9 @@ def test_a_ray_started_here_requires_a_token_of_its_own_that_no_file_holds(tmp_p
                    f"output_dir={tmp_path / 'out'}"])
     assert list(ray_tasks.RayLauncher(cfg).run(plan(cfg)[:1], lambda event: None)) == []
     assert seen["worker"] == ("token", 64) and seen["mode"] == AuthenticationMode.TOKEN
+    # the workers run this interpreter (Ray was imported before capsbench here): under `uv run` Ray's hook would rebuild
+    # the project for them in its session folder, gigabytes from the package index with HOME pointing at an empty cache
+    assert seen["python"] == sys.executable
     assert not (tmp_path / ".ray" / "auth_token").exists() and not ray.is_initialized()
     assert os.environ["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in os.environ
     assert get_authentication_mode() == AuthenticationMode.DISABLED

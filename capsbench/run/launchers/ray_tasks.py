@@ -13,28 +13,23 @@ the driver drains the queue between waits (at least every POLL_SECONDS) and befo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
+import ray
 from omegaconf import DictConfig
+from ray._private import ray_constants
+from ray.exceptions import RayError
+from ray.util.queue import Queue
 
+from capsbench.run.execute import Sink
 from capsbench.run.launchers import remote
-from capsbench.run.units import UnitResult, UnitSpec, failed
-
-# Under `uv run`, Ray would rebuild the uv project for its workers from a copy of the working directory (which needs
-# the package index, and hangs without it). Workers of a Ray started here use this interpreter, which already has
-# capsbench; cluster nodes must have capsbench installed. Set RAY_ENABLE_UV_RUN_RUNTIME_ENV=1 to get Ray's behaviour.
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-import ray  # noqa: E402
-from ray.exceptions import RayError  # noqa: E402
-from ray.util.queue import Queue  # noqa: E402
-
-from capsbench.run.execute import Sink  # noqa: E402
-from capsbench.run.units import UnitEvent  # noqa: E402
-from capsbench.util.signals import handlers_kept  # noqa: E402
+from capsbench.run.units import UnitEvent, UnitResult, UnitSpec, failed
+from capsbench.util.signals import handlers_kept
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0  # longest wait between looks at the event queue
@@ -94,7 +89,7 @@ class RayLauncher:
             log.info("using the Ray session this process already holds")
             return False
         s = self.settings
-        with handlers_kept():  # SIGINT and SIGTERM end the run with one line, as on every launcher
+        with handlers_kept(), uv_hook_off():  # SIGINT and SIGTERM end the run with one line, as on every launcher
             if s.address:
                 ray.init(address=s.address)
             else:
@@ -170,3 +165,21 @@ def _drain(queue: Queue, on_event: Sink) -> None:
     if waiting:
         for item in queue.get_nowait_batch(waiting):
             on_event(UnitEvent.from_dict(item))
+
+
+@contextlib.contextmanager
+def uv_hook_off() -> Iterator[None]:
+    """Keep Ray's `uv run` hook out of ray.init: under `uv run` it would ship a copy of the working directory to the
+    workers and rebuild the uv project there (gigabytes per session, from the package index). Workers of a Ray started
+    here run this interpreter, which has capsbench; cluster nodes must have capsbench installed. The hook is read from
+    Ray's constants at init (set when Ray was first imported, perhaps by someone else), so it is switched off around
+    the call; RAY_ENABLE_UV_RUN_RUNTIME_ENV=1 in the environment keeps Ray's behaviour."""
+    if os.environ.get("RAY_ENABLE_UV_RUN_RUNTIME_ENV") == "1":
+        yield
+        return
+    saved = ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+    try:
+        yield
+    finally:
+        ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = saved
