@@ -127,3 +127,29 @@ def test_the_units_bar_counts_priced_seconds_and_credits_measuring_in_them(tmp_p
     credits = Credits(seconds, units, declared=work)
     half = UnitEvent(units[1].key, "measured", {"passes": 13500.0 * 30})
     assert credits.event(half) == 15.0  # half of cnn_sabour's declared passes: half its 30 priced seconds
+
+
+def test_a_rates_file_with_parts_of_the_wrong_kind_loses_only_those_parts(tmp_path, caplog):
+    """rates.json is valid JSON whose parts are not rates (a device that is a string, rates that are words, NaN, a
+    negative or a boolean): those parts are dropped with a warning naming the file, the well-formed rate is this
+    machine's, a plan is priced, and the next finished unit writes the file afresh."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "rates.json").write_text(json.dumps({
+        "cpu2": {"train": {"quick": {"capsnet": 1234, "cnn_sabour": "fast", "cnn_9x9": -3.0, "baseline_mlp": True}},
+                 "measure": ["robustness/quick"], "other": {}},
+        "cpu4": "fast", "H200": {"train": {"quick": {"capsnet": float("nan")}}}}))
+    table = rates(str(cache))
+    assert "rates.json: kept only its well-formed rates" in caplog.text and str(cache) in caplog.text
+    assert table["cpu2"]["train"]["quick"]["capsnet"] == 1234 and table["cpu2"]["observed"] == ["train/quick/capsnet"]
+    shipped = rates(None)
+    assert table["cpu2"]["train"]["quick"]["cnn_sabour"] == shipped["cpu2"]["train"]["quick"]["cnn_sabour"]
+    assert table["H200"]["train"]["quick"]["capsnet"] == shipped["H200"]["train"]["quick"]["capsnet"]
+    cfg = compose(["suite=robustness", f"output_dir={tmp_path}", f"cache_dir={cache}", "device=cpu"])
+    units = plan(cfg)[:2]
+    assert price(units, {u.key: Work(1.0, 1.0) for u in units}, "cpu2", table).minutes > 0
+    done = UnitResult(key=units[1].key, spec=units[1], status="done", seconds=100.0, train_seconds=40.0)
+    observe(done, Work(train=400_000.0, measure=6_000_000.0), "cpu2", str(cache))
+    assert json.loads((cache / "rates.json").read_text()) == {"cpu2": {
+        "train": {"quick": {"capsnet": 1234, "cnn_sabour": 10_000}},
+        "measure": {"robustness/quick": {"cnn_sabour": 100_000}}}}

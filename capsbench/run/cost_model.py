@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import statistics
@@ -27,6 +28,7 @@ from capsbench.util.shipped import shipped_dir
 TRAIN_PASSES = 3  # a training step: a forward pass and a backward pass of about twice its cost, per image
 DEFAULT_GPU = "H100"  # what device=cuda is priced as where this machine has no GPU and --gpu names none
 OBSERVED = "rates.json"  # under the checkpoint cache: the rates this machine measured
+log = logging.getLogger(__name__)
 MINE = "observed"  # in a device's entry of rates(): which of its rates this machine measured ("kind/where/model")
 SCALE_WORDS = {False: "peak fp32 throughput", True: "cores"}  # what a device's `scale` is, for a GPU and a CPU
 
@@ -345,14 +347,31 @@ def observe(result: UnitResult, work: Work, device: str, cache_dir: str | None) 
 
 
 def _observed(cache_dir: str | None) -> dict[str, Any]:
+    """This machine's measured rates (<cache_dir>/rates.json): {device: {train|measure: {where: {model: rate}}}}.
+    A damaged file, or a part of it that is not a positive rate, only loses those rates (with a warning naming the
+    file): the shipped ones stand, and the next finished unit writes the file afresh."""
     path = None if cache_dir is None else Path(cache_dir) / OBSERVED
     if path is None or not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}  # a damaged table of this machine's own rates only loses them: the shipped ones stand
-    return data if isinstance(data, dict) else {}
+        data = None
+    kept: dict[str, Any] = {}
+    for device, seen in (data.items() if isinstance(data, dict) else ()):
+        for kind, wheres in (seen.items() if isinstance(seen, dict) else ()):
+            for where, models in (wheres.items() if kind in ("train", "measure") and isinstance(wheres, dict) else ()):
+                for model, rate in (models.items() if isinstance(models, dict) else ()):
+                    if _is_rate(rate):
+                        kept.setdefault(device, {}).setdefault(kind, {}).setdefault(where, {})[model] = rate
+    if kept != data:
+        log.warning("%s: kept only its well-formed rates ({device: {train|measure: {where: {model: images per "
+                    "second}}}}); the rest is measured again as units finish", path)
+    return kept
+
+
+def _is_rate(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 # --- progress ------------------------------------------------------------------------------------------------------
