@@ -314,7 +314,16 @@ def rewrite(path: Path, change) -> None:
     path.write_text(encode(result))
 
 
-@pytest.mark.parametrize("edit", ["value", "missing field"])
+UNDER_CHECKSUM = {  # a record the tables would crash on, stored under a checksum that matches
+    "missing field": (lambda rec: rec.pop("value"), "lacks value"),
+    "NaN value": (lambda rec: rec.update(value=float("nan")), "has the value nan, not a finite number"),
+    "word for a seed": (lambda rec: rec.update(seed="zero"), "has the seed 'zero', not an integer"),
+    "outcomes not base64": (lambda rec: rec.update(outcomes="%%%"), "has outcomes that do not decode to its n images"),
+    "outcomes of other n": (lambda rec: rec.update(n=rec["n"] + 64), "has outcomes that do not decode to its n images"),
+}
+
+
+@pytest.mark.parametrize("edit", ["value", *UNDER_CHECKSUM])
 def test_a_unit_file_that_cannot_be_trusted_is_named_moved_aside_and_measured_again(tmp_path, synthetic, caplog,
                                                                                       edit):
     cfg = compose([*SMOKE, "models=[cnn_9x9]", f"output_dir={tmp_path}"])
@@ -326,9 +335,9 @@ def test_a_unit_file_that_cannot_be_trusted_is_named_moved_aside_and_measured_ag
         data["result"]["records"][0]["value"] = 99.9
         path.write_text(json.dumps(data))
         reason = "does not match its sha256"
-    else:  # a record without the field the tables read, under a valid checksum
-        rewrite(path, lambda r: r.records[0].pop("value"))
-        reason = "lacks value"
+    else:
+        change, reason = UNDER_CHECKSUM[edit]
+        rewrite(path, lambda r: change(r.records[0]))
     again = driver.run_suite(cfg)
     assert f"unit result {path} of accuracy/cnn_9x9-mnist-s0 cannot be trusted" in caplog.text and reason in caplog.text
     assert again.records == clean.records and len(list(path.parent.glob("*.corrupt-*"))) == 1

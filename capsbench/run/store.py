@@ -20,6 +20,7 @@ from typing import Any
 
 from capsbench.run.units import UnitResult, UnitSpec
 from capsbench.util.atomic import write_text
+from capsbench.util.stats import decode_outcomes, decode_values
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # of the unit file: {"format", "sha256", "result"}; format 1 files (no checksum) are measured again
@@ -105,19 +106,42 @@ def _conforms(value: Any, hint: Any) -> bool:
 
 
 def check_record(record: Any, index: int) -> None:
-    """A record has every field the tables read, a finite value, and a value inside its own interval (if any)."""
+    """A record has every field the tables read, names that are text, an integer seed, a finite value inside its own
+    interval (if any), and per-image outcomes and values (if any) that decode to its n images."""
     if not isinstance(record, dict):
         raise UnreadableUnit(f"record {index} is not a mapping")
     absent = [f for f in RECORD_FIELDS if f not in record]
     if absent:
         raise UnreadableUnit(f"record {index} ({record.get('metric', '?')}) lacks {', '.join(absent)}")
+    named = f"record {index} ({record['metric']})"
+    for field in ("suite", "model", "dataset", "metric"):
+        if not isinstance(record[field], str):
+            raise UnreadableUnit(f"{named} has the {field} {record[field]!r}, not a name")
+    if not _is_int(record["seed"]):
+        raise UnreadableUnit(f"{named} has the seed {record['seed']!r}, not an integer")
     value, low, high = record["value"], record.get("ci_low"), record.get("ci_high")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
-        raise UnreadableUnit(f"record {index} ({record['metric']}) has the value {value!r}, not a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UnreadableUnit(f"{named} has the value {value!r}, not a finite number")
     bounds = [b for b in (value, low, high) if isinstance(b, (int, float)) and math.isfinite(b)]
     if len(bounds) == 3 and not low - 1e-9 <= value <= high + 1e-9:  # a rounding error is no edit
-        raise UnreadableUnit(f"record {index} ({record['metric']}) has the value {value} outside its own interval "
-                             f"[{low}, {high}]")
+        raise UnreadableUnit(f"{named} has the value {value} outside its own interval [{low}, {high}]")
+    n = record.get("n")
+    if n is not None and not (_is_int(n) and n >= 0):
+        raise UnreadableUnit(f"{named} has n={n!r}, not a count of images")
+    for field, decode in (("outcomes", decode_outcomes), ("per_image", decode_values)):
+        text = record.get(field)
+        if text is None:
+            continue
+        try:
+            if n is None or not isinstance(text, str):
+                raise ValueError(f"{type(text).__name__} with n={n}")
+            decode(text, n)
+        except (ValueError, TypeError) as exc:  # binascii.Error is a ValueError
+            raise UnreadableUnit(f"{named} has {field} that do not decode to its n images ({exc})") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class UnitStore:
