@@ -93,6 +93,22 @@ class EfficiencyParams:
     @staticmethod
     def validate(cfg: Any) -> None:
         check_device_precision(cfg.params.precision, cfg.device, "params.precision")
+        check_timing(cfg.params)
+        at_least(cfg.params, "routing_max_iterations", 2, "a slope per routing iteration needs r = 1 and 2 at least")
+
+
+def check_timing(p: Any) -> None:
+    """The timing knobs every timed suite shares: a batch, untimed calls before timing, and timed calls."""
+    at_least(p, "large_batch", 1, "images in the throughput batch")
+    at_least(p, "warmup", 0, "untimed calls before timing")
+    at_least(p, "repeats", 1, "timed calls, whose median is reported")
+
+
+def at_least(p: Any, key: str, low: int, what: str) -> None:
+    """params.<key> is an integer >= low (`what` it counts, said in the error)."""
+    value = p[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise CapsbenchError(f"params.{key} must be an integer >= {low} ({what}), got {value!r}")
 
 
 @dataclass
@@ -121,6 +137,7 @@ class RoutingParams:
     @staticmethod
     def validate(cfg: Any) -> None:
         check_device_precision(cfg.params.precision, cfg.device, "params.precision")
+        check_timing(cfg.params)
         if not cfg.params.iterations or min(cfg.params.iterations) < 1:
             raise CapsbenchError(
                 f"params.iterations must be a non-empty list of r >= 1, got {list(cfg.params.iterations)}"
