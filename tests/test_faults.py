@@ -158,6 +158,11 @@ def test_a_signal_ends_every_open_run_killed_with_one_line(tmp_path, mnist_root,
     assert statuses(tmp_path / "out") == {"accuracy-smoke": ["KILLED"], "cnn_9x9-mnist-s0": ["FINISHED"],
                                           "capsnet-mnist-s0": ["KILLED"]}
     assert len(list((tmp_path / "out" / "accuracy" / "units").glob("*.json"))) == 1  # the finished unit is kept
+    report = CliRunner().invoke(app, ["report", f"output_dir={tmp_path / 'out'}"])  # says how to get a table
+    assert report.exit_code == 2 and report.output.strip().endswith(
+        "its 1 run(s) tabulated nothing (accuracy/smoke/mnist (KILLED)); an interrupted run resumes from its finished "
+        "units when the same `capsbench run` command is run again, a running one tabulates when it ends: then report"
+    ), report.output
 
 
 @pytest.mark.slow  # a CLI run in a subprocess: 14-36 s on 2 cores

@@ -36,7 +36,7 @@ from capsbench.reporting.headline import headline_values
 from capsbench.reporting.outputs import write_suite
 from capsbench.reporting.settings import changed_settings
 from capsbench.suites import CATALOG, SUITES
-from capsbench.tracking import read_config, read_invocations
+from capsbench.tracking import read_config, read_invocations, untabulated_runs
 from capsbench.util.atomic import write_text
 from capsbench.util.folders import new_run_folder, publish_latest
 from capsbench.util.uris import shown_uri
@@ -77,6 +77,13 @@ def build_report(cfg: DictConfig) -> Report:
     chosen = select(found, sel)
     if not chosen:
         have = ", ".join(sorted({f"{i.suite}/{i.budget}/{i.dataset}" for i in found})) or "none"
+        unfinished = untabulated_runs(cfg.tracking.uri, cfg.tracking.experiment)
+        if not found and unfinished:
+            raise CapsbenchError(
+                f"no finished runs at {cfg.tracking.uri}: its {len(unfinished)} run(s) tabulated nothing "
+                f"({', '.join(sorted(set(unfinished)))}); an interrupted run resumes from its finished units when the "
+                "same `capsbench run` command is run again, a running one tabulates when it ends: then report"
+            )
         raise CapsbenchError(
             f"no finished runs at {cfg.tracking.uri} match the filters (suite/budget/dataset found: {have}); "
             "loosen suite=, budget=, dataset=, models=, since= or until="

@@ -15,6 +15,7 @@ from capsbench.tracking.reader import (
     read_config,
     read_invocations,
     read_records,
+    untabulated_runs,
 )
 from capsbench.tracking.store import check_store, ensure_store, open_experiment, recover_stale_runs, store_lock
 from capsbench.tracking.writer import Tracker, now_ms
@@ -36,4 +37,5 @@ __all__ = [
     "UNTAGGED", "Invocation", "Tracker", "UnreadableRecords", "check_store", "download_checkpoint", "ensure_store",
     "environment_tags", "flatten", "git_state", "metric_key", "now_ms", "open_experiment", "process_tags",
     "read_config", "read_invocations", "read_records", "recover_stale_runs", "store_lock",
+    "untabulated_runs",
 ]

@@ -68,8 +68,7 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
     out = []
     for run in runs:
         tags = run.data.tags
-        tabulated = run.info.status == "FINISHED" or (run.info.status == "FAILED" and "records.sha256" in tags)
-        if "mlflow.parentRunId" in tags or "suite" not in tags or not tabulated:
+        if not _invocation(run) or not _tabulated(run):
             continue
         model_args = {
             c.data.params["model"]: {
@@ -95,6 +94,26 @@ def read_invocations(uri: str, experiment: str) -> list[Invocation]:
             )
         )
     return out
+
+
+def untabulated_runs(uri: str, experiment: str) -> list[str]:
+    """The parent runs of `capsbench run` that tabulated nothing, as "suite/budget/dataset (STATUS)": killed or
+    interrupted ones (rerunning their command resumes them from their finished units), ones still running, and
+    failed ones whose units all failed."""
+    with store_faults(uri):
+        runs = _every_run(uri, experiment)
+    return [f"{run.data.tags['suite']}/{run.data.tags.get('budget', 'unknown')}/{run.data.params.get('dataset', '')} "
+            f"({run.info.status})" for run in runs if _invocation(run) and not _tabulated(run)]
+
+
+def _invocation(run: Any) -> bool:
+    """A parent run of `capsbench run` (a nested run is one unit)."""
+    return "mlflow.parentRunId" not in run.data.tags and "suite" in run.data.tags
+
+
+def _tabulated(run: Any) -> bool:
+    """Its records were tabulated: it finished, or it failed after tabulating the units that finished."""
+    return run.info.status == "FINISHED" or (run.info.status == "FAILED" and "records.sha256" in run.data.tags)
 
 
 def _every_run(uri: str, experiment: str) -> list[Any]:
