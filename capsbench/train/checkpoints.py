@@ -9,6 +9,7 @@ import json
 import logging
 import pickle
 import warnings
+import zipfile
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 # What torch.load(weights_only=True) raises on truncated or garbage files (seen by fuzzing torch 2.x; OSError EINVAL
 # from its zip reader for a file cut to some lengths). A file this process may not read is not among them: it is
 # reported as it is, never moved aside.
+ZIP_MAGIC = b"PK\x03\x04"  # the first bytes of every file torch.save writes
 UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, OSError)
 FINISHED_KEYS = ("state_dict", "meta")
 PARTIAL_KEYS = ("model", "optimizer", "scheduler", "epoch", "history", "best_val_accuracy", "best_epoch", "best_state")
@@ -110,10 +112,7 @@ class CheckpointCache:
         except PermissionError:
             raise
         except UNREADABLE as exc:
-            first = (str(exc) or "unexpected end of file").splitlines()[0].split(". ")[0][:160]
-            reason = ("it holds objects a weights-only load refuses" if "weights_only" in str(exc)
-                      else f"{type(exc).__name__}: {first}")
-            _quarantine(path, reason, then)
+            _quarantine(path, _unreadable(path, exc), then)
             return None
         missing = [k for k in required if k not in payload] if isinstance(payload, dict) else list(required)
         if missing:
@@ -127,6 +126,26 @@ class CheckpointCache:
             _quarantine(path, f"its weights are not finite ({_some(bad)})", then)
             return None
         return payload
+
+
+def _unreadable(path: Path, exc: BaseException) -> str:
+    """Why torch.load failed, in words: no zip archive at all (torch.save writes one), an archive cut short or
+    damaged, objects a weights-only load refuses, else torch's own first line."""
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    if head != ZIP_MAGIC:
+        return "it is no torch checkpoint (not the zip archive torch.save writes: damaged, or another kind of file)"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return f"it was cut short or damaged (its zip archive of {path.stat().st_size:,} bytes cannot be read)"
+    if damaged is not None:
+        return f"it is damaged (its record {damaged} fails its CRC)"
+    if "weights_only" in str(exc):
+        return "it holds objects a weights-only load refuses"
+    first = (str(exc) or "unexpected end of file").splitlines()[0].split(". ")[0][:160]
+    return f"{type(exc).__name__}: {first}"
 
 
 def non_finite(state: Mapping[str, Any]) -> list[str]:
