@@ -40,6 +40,10 @@ BAD = [
     (["run", "suite=overlap", "params.test_pairs_per_digit=0"],
      r"params\.test_pairs_per_digit must be an integer >= 1 \(pairs of the fixed test set per test digit\), got 0"),
     (["run", "suite=overlap", "params.figure_pairs=-1"], r"params\.figure_pairs must be an integer >= 0"),
+    (["run", "suite=efficiency", "tracking.uri=file://{tmp}/mlruns"],
+     r"tracking\.uri=file://\S+/mlruns is a file store \(a folder like \./mlruns\), which this MLflow refuses to "
+     r"open: point tracking\.uri="),
+    (["report", "tracking.uri={tmp}/mlruns"], r"tracking\.uri=\S+/mlruns is a file store"),
     (ACC + ["model_args.capsnet=3"], r"model_args\.capsnet maps name -> a value.*model_args\.capsnet\.\w+="),
     (ACC + ["data=3"], r"data is a group of settings \(root, download"),
     (ACC + ["train.epochs=[3]"], r"train\.epochs takes an integer, got the list \[3\]"),

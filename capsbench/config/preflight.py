@@ -21,6 +21,7 @@ from capsbench.util.paths import resolved
 from capsbench.util.sqlite_file import damage, foreign_tables, recovery
 from capsbench.util.uris import remote_address, sqlite_path
 
+TRUE = ("true", "1")  # how MLflow reads a boolean environment variable
 TIMEOUT_S = 3.0  # per network check: a host that does not answer in this time is taken as unreachable
 
 
@@ -116,6 +117,10 @@ def check_tracking(uri: str, *, reading: bool = False) -> None:
                                          "make it writable, choose another tracking.uri= or output_dir=, or set "
                                          "tracking.enabled=false to run without MLflow")
         return
+    if urlsplit(uri).scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in TRUE:
+        raise CapsbenchError(f"tracking.uri={uri} is a file store (a folder like ./mlruns), which this MLflow refuses "
+                             "to open: point tracking.uri= at a SQLite file (sqlite:///path/to/mlflow.db; `mlflow "
+                             "migrate-filestore` moves existing runs into one) or a tracking server (http://host:port)")
     address = remote_address(uri)
     if address is None:
         return
