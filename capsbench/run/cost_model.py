@@ -25,10 +25,10 @@ from capsbench.util.atomic import write_text
 from capsbench.util.folders import checkpoint_file
 from capsbench.util.shipped import shipped_dir
 
+log = logging.getLogger(__name__)
 TRAIN_PASSES = 3  # a training step: a forward pass and a backward pass of about twice its cost, per image
 DEFAULT_GPU = "H100"  # what device=cuda is priced as where this machine has no GPU and --gpu names none
 OBSERVED = "rates.json"  # under the checkpoint cache: the rates this machine measured
-log = logging.getLogger(__name__)
 MINE = "observed"  # in a device's entry of rates(): which of its rates this machine measured ("kind/where/model")
 SCALE_WORDS = {False: "peak fp32 throughput", True: "cores"}  # what a device's `scale` is, for a GPU and a CPU
 

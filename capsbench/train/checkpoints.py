@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 # What torch.load(weights_only=True) raises on truncated or garbage files (seen by fuzzing torch 2.x; OSError EINVAL
 # from its zip reader for a file cut to some lengths). A file this process may not read is not among them: it is
 # reported as it is, never moved aside.
-ZIP_MAGIC = b"PK\x03\x04"  # the first bytes of every file torch.save writes
 UNREADABLE = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, OSError)
+ZIP_MAGIC = b"PK\x03\x04"  # the first bytes of every file torch.save writes
 FINISHED_KEYS = ("state_dict", "meta")
 PARTIAL_KEYS = ("model", "optimizer", "scheduler", "epoch", "history", "best_val_accuracy", "best_epoch", "best_state")
 
