@@ -9,7 +9,7 @@ import math
 import pytest
 from composing import compose
 
-from capsbench.run.cost_model import Work, observe, price, rates, reference_macs, unit_macs
+from capsbench.run.cost_model import Work, observe, price, rates, reference_macs, training_work, unit_macs
 from capsbench.run.plan import plan
 from capsbench.run.units import UnitResult
 
@@ -79,10 +79,10 @@ def test_a_finished_unit_adds_its_rates_to_this_machines_table(tmp_path):
     unit = plan(cfg)[0]
     (tmp_path / "cache").mkdir()
     done = UnitResult(key=unit.key, spec=unit, status="done", seconds=100.0, train_seconds=40.0)
-    observe(done, Work(train=400_000.0, measure=6_000_000.0), "cpu2", str(tmp_path / "cache"))
+    observe(done, Work(train=training_work(unit), measure=6_000_000.0), "cpu2", str(tmp_path / "cache"))
     table = rates(str(tmp_path / "cache"))
-    assert table["cpu2"]["train"]["quick"]["capsnet"] == 10_000 and table["cpu2"]["measure"]["robustness/quick"][
-        "capsnet"] == 100_000
+    assert table["cpu2"]["train"]["quick"]["capsnet"] == round(training_work(unit) / 40)
+    assert table["cpu2"]["measure"]["robustness/quick"]["capsnet"] == 100_000
     shipped = rates(None)["cpu2"]["train"]["quick"]["cnn_sabour"]
     assert table["cpu2"]["train"]["quick"]["cnn_sabour"] == shipped  # the shipped rates of what it did not measure
     assert "H200" in table
@@ -104,12 +104,13 @@ def test_an_affine_units_training_rate_does_not_price_another_suites_training(tm
     ratio = unit_macs(affine) / unit_macs(plain)
     assert unit_macs(plain) == reference_macs("capsnet", "quick", plain) and ratio != pytest.approx(1.0, rel=0.05)
     done = UnitResult(key=affine.key, spec=affine, status="done", seconds=100.0, train_seconds=50.0)
-    observe(done, Work(train=500_000.0, measure=1.0), "cpu2", str(cache))
+    passes = training_work(affine)
+    observe(done, Work(train=passes, measure=1.0), "cpu2", str(cache))
     table = rates(str(cache))
-    assert table["cpu2"]["train"]["quick"]["capsnet"] == pytest.approx(10_000 * ratio, rel=1e-3)
-    again = price([affine], {affine.key: Work(500_000.0, 0.0)}, "cpu2", table)
+    assert table["cpu2"]["train"]["quick"]["capsnet"] == pytest.approx(passes / 50 * ratio, rel=1e-3)
+    again = price([affine], {affine.key: Work(passes, 0.0)}, "cpu2", table)
     assert again.minutes * 60 == pytest.approx(50.0, rel=1e-3)  # its own training priced back at its own speed
-    robust = price([plain], {plain.key: Work(500_000.0, 0.0)}, "cpu2", table)
+    robust = price([plain], {plain.key: Work(passes, 0.0)}, "cpu2", table)
     assert robust.minutes * 60 == pytest.approx(50.0 / ratio, rel=1e-3)  # the other suite's by their MACs
 
 
@@ -149,7 +150,7 @@ def test_a_rates_file_with_parts_of_the_wrong_kind_loses_only_those_parts(tmp_pa
     units = plan(cfg)[:2]
     assert price(units, {u.key: Work(1.0, 1.0) for u in units}, "cpu2", table).minutes > 0
     done = UnitResult(key=units[1].key, spec=units[1], status="done", seconds=100.0, train_seconds=40.0)
-    observe(done, Work(train=400_000.0, measure=6_000_000.0), "cpu2", str(cache))
+    observe(done, Work(train=training_work(units[1]), measure=6_000_000.0), "cpu2", str(cache))
     assert json.loads((cache / "rates.json").read_text()) == {"cpu2": {
-        "train": {"quick": {"capsnet": 1234, "cnn_sabour": 10_000}},
+        "train": {"quick": {"capsnet": 1234, "cnn_sabour": round(training_work(units[1]) / 40)}},
         "measure": {"robustness/quick": {"cnn_sabour": 100_000}}}}

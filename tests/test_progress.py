@@ -8,6 +8,7 @@ declared per unit."""
 import logging
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,6 +232,29 @@ def test_units_are_credited_as_they_report_and_never_beyond_their_work():
     assert measured == [100.0, 500.0, 0.0, 400.0]  # passes so far, never back, never beyond the declared work
     assert credits.finished(UnitResult(spec.key, spec, "done")) == 0.0
     assert credits.event(UnitEvent("elsewhere", "measured", {"passes": 1})) == 0.0
+
+
+def test_a_resumed_training_is_declared_and_credited_by_the_epochs_it_has_left(tmp_path, mnist_root):
+    """A run stopped after 2 of 4 epochs: the next plan declares the 2 epochs left (retrain=true: all 4), the resumed
+    training's epochs 3 and 4 credit half of that each, and the unit's training is credited once in all."""
+    from capsbench.run.cost_model import Credits
+    from capsbench.run.units import UnitEvent, UnitResult
+    from capsbench.train.checkpoints import CheckpointCache
+
+    args = ["suite=accuracy", "budget=smoke", "models=[cnn_9x9]", "train.epochs=4", f"output_dir={tmp_path}",
+            f"data.root={mnist_root}", "device=cpu", "threads=1"]
+    (unit,) = plan(compose(args))
+    full = training_work(unit)
+    cache = CheckpointCache(unit.config["cache_dir"])
+    cache.save_partial(unit.checkpoint, {"model": {}, "epoch": 1})  # the state after epoch 2 (0-based 1)
+    work = plan_work([unit])
+    assert work[unit.key].train == full / 2
+    assert plan_work(plan(compose([*args, "retrain=true"])))[unit.key].train == full
+    credits = Credits(work, [unit])
+    assert [credits.event(UnitEvent(unit.key, "epoch", {"epoch": e})) for e in (3, 4)] == [full / 4, full / 4]
+    assert credits.finished(UnitResult(unit.key, unit, "done")) == work[unit.key].measure
+    cache.save(unit.checkpoint, {"state_dict": {}, "meta": {}})  # finished: the resumable state and its count go
+    assert not list(Path(unit.config["cache_dir"]).glob("*.partial.*")) and plan_work([unit])[unit.key].train == 0.0
 
 
 def test_a_checkpoint_in_the_cache_is_declared_without_training(tmp_path, mnist_root):

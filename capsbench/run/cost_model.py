@@ -22,7 +22,7 @@ from capsbench.data import DATASETS
 from capsbench.run.units import UnitEvent, UnitResult, UnitSpec
 from capsbench.suites import SUITES
 from capsbench.util.atomic import write_text
-from capsbench.util.folders import checkpoint_file
+from capsbench.util.folders import checkpoint_file, partial_progress_file
 from capsbench.util.shipped import shipped_dir
 
 log = logging.getLogger(__name__)
@@ -57,16 +57,29 @@ def training_work(spec: UnitSpec) -> float:
 
 def plan_work(units: list[UnitSpec]) -> dict[str, Work]:
     """Declared work per unit key. Units that share a checkpoint (the planner's key) count its training once, on the
-    first of them, and none when the checkpoint is in the cache already."""
+    first of them: none when the checkpoint is in the cache already, the epochs left when training will resume."""
     trained: set[str] = set()
     out = {}
     for unit in units:
         train = 0.0
         if unit.checkpoint is not None and unit.checkpoint not in trained:
             trained.add(unit.checkpoint)
-            train = 0.0 if checkpoint_cached(unit) else training_work(unit)
+            if not checkpoint_cached(unit):
+                epochs = max(1, int(unit.config["train"]["epochs"]))
+                train = training_work(unit) * (epochs - min(epochs_done(unit), epochs)) / epochs
         out[unit.key] = Work(train, SUITES.get(unit.suite)().work(unit.run_config()))
     return out
+
+
+def epochs_done(unit: UnitSpec) -> int:
+    """The epochs of the unit's checkpoint that its resumable training state holds (0: none, or retrain=true)."""
+    if unit.config.get("retrain") or unit.checkpoint is None:
+        return 0
+    try:
+        done = json.loads(partial_progress_file(unit.config["cache_dir"], unit.checkpoint).read_text())["epochs_done"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0
+    return done if isinstance(done, int) and not isinstance(done, bool) and done > 0 else 0
 
 
 def checkpoint_cached(unit: UnitSpec) -> bool:
@@ -331,8 +344,9 @@ def observe(result: UnitResult, work: Work, device: str, cache_dir: str | None) 
     measuring = result.seconds - result.train_seconds
     if result.train_seconds > 0 and work.train > 0:  # a target reached early trained fewer epochs than declared
         declared = int(result.spec.config["train"]["epochs"]) or 1
-        done = min(declared, len(result.curves) or declared)
-        rate = work.train * done / declared / result.train_seconds * _training_scale(result.spec, budget)
+        done = min(declared, len(result.curves) or declared)  # every epoch, resumed ones too, as train_seconds
+        rate = training_work(result.spec) * done / declared / result.train_seconds * _training_scale(result.spec,
+                                                                                                      budget)
         seen["train"] = {budget: {result.spec.model: round(rate)}}
     if measuring > 0 and work.measure > 0:
         seen["measure"] = {f"{result.spec.suite}/{budget}": {result.spec.model: round(work.measure / measuring)}}
@@ -385,6 +399,7 @@ class Credits:
         self.scale = {k: (w.measure / declared[k].measure if declared and declared[k].measure > 0 else 1.0)
                       for k, w in work.items()}
         self.epochs = {u.key: int(u.config["train"]["epochs"]) for u in units}
+        self.resumed: dict[str, int] = {}  # epochs trained before this run, from the first epoch it reports
         self.trained: dict[str, float] = {}
         self.measured: dict[str, float] = {}
 
@@ -393,9 +408,10 @@ class Credits:
         w = self.work.get(event.key)
         if w is None:
             return 0.0
-        if event.kind == "epoch":
-            epochs = max(1, self.epochs[event.key])
-            return self._credit(self.trained, event.key, w.train * min(int(event.data["epoch"]), epochs) / epochs)
+        if event.kind == "epoch":  # w.train is the epochs left at planning: a resumed training's are credited alone
+            epochs, epoch = max(1, self.epochs[event.key]), int(event.data["epoch"])
+            before = self.resumed.setdefault(event.key, min(epoch - 1, epochs - 1))
+            return self._credit(self.trained, event.key, w.train * (min(epoch, epochs) - before) / (epochs - before))
         if event.kind == "measured":
             passes = float(event.data["passes"]) * self.scale[event.key]
             return self._credit(self.measured, event.key, min(w.measure, passes))

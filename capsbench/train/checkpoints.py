@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from capsbench.util.atomic import save_torch, write_text
-from capsbench.util.folders import checkpoint_file
+from capsbench.util.folders import checkpoint_file, partial_progress_file
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,10 @@ class CheckpointCache:
 
     def load_partial(self, key: str, expected: Mapping[str, torch.Tensor] | None = None) -> dict[str, Any] | None:
         """Resumable training state, or None (moved aside when unreadable or not fitting the model, as load)."""
-        return self._load(self.partial_path(key), PARTIAL_KEYS, "training from the first epoch", "model", expected)
+        payload = self._load(self.partial_path(key), PARTIAL_KEYS, "training from the first epoch", "model", expected)
+        if payload is None:
+            partial_progress_file(self.directory, key).unlink(missing_ok=True)
+        return payload
 
     def save(self, key: str, payload: dict[str, Any]) -> Path:
         """Cache a finished checkpoint (never one whose weights are not finite: a ValueError names the tensors)."""
@@ -84,16 +87,22 @@ class CheckpointCache:
             raise ValueError(f"refusing to cache checkpoint {key}: its weights are not finite ({_some(bad)})")
         save_torch(payload, self.path(key))
         self._write_sidecar(key, payload["meta"])
-        self.partial_path(key).unlink(missing_ok=True)
+        self._drop_partial(key)
         return self.path(key)
 
     def save_partial(self, key: str, payload: dict[str, Any]) -> None:
+        """Keep the training state after an epoch, and the count of epochs it holds for the cost model."""
         save_torch(payload, self.partial_path(key))
+        write_text(partial_progress_file(self.directory, key), json.dumps({"epochs_done": payload["epoch"] + 1}))
 
     def discard(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
         self.sidecar_path(key).unlink(missing_ok=True)
+        self._drop_partial(key)
+
+    def _drop_partial(self, key: str) -> None:
         self.partial_path(key).unlink(missing_ok=True)
+        partial_progress_file(self.directory, key).unlink(missing_ok=True)
 
     def _write_sidecar(self, key: str, meta: dict[str, Any]) -> None:
         write_text(

@@ -58,3 +58,9 @@ def publish_latest(source: Path, target: Path) -> dict[str, Path]:
 def checkpoint_file(cache_dir: str | Path, key: str) -> Path:
     """Where the checkpoint cache keeps the finished checkpoint of `key` (capsbench.train.checkpoints)."""
     return Path(cache_dir) / f"{key}{CHECKPOINT_SUFFIX}"
+
+
+def partial_progress_file(cache_dir: str | Path, key: str) -> Path:
+    """Beside the resumable training state of `key`: {"epochs_done": N}, so that a plan prices only the epochs left
+    without loading the state (capsbench.train.checkpoints writes it, capsbench.run.cost_model reads it)."""
+    return Path(cache_dir) / f"{key}.partial.json"
