@@ -9,7 +9,16 @@ import math
 import pytest
 from composing import compose
 
-from capsbench.run.cost_model import Work, observe, price, rates, reference_macs, training_work, unit_macs
+from capsbench.run.cost_model import (
+    Work,
+    measuring_where,
+    observe,
+    price,
+    rates,
+    reference_macs,
+    training_work,
+    unit_macs,
+)
 from capsbench.run.plan import plan
 from capsbench.run.units import UnitResult
 
@@ -154,3 +163,22 @@ def test_a_rates_file_with_parts_of_the_wrong_kind_loses_only_those_parts(tmp_pa
     assert json.loads((cache / "rates.json").read_text()) == {"cpu2": {
         "train": {"quick": {"capsnet": 1234, "cnn_sabour": round(training_work(units[1]) / 40)}},
         "measure": {"robustness/quick": {"cnn_sabour": 100_000}}}}
+
+
+def test_minimum_norm_attacks_give_a_unit_a_measuring_speed_of_its_own(tmp_path):
+    """Early exit cuts the fixed-eps attacks' declared passes to a fraction while FMN and FAB run theirs in full, so
+    a robustness_l2 unit with params.minimal learns and is priced at robustness_l2+minimal/<budget>: what it measured
+    prices it back exactly, and leaves the price of a unit without minimum-norm attacks as it was."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    common = ["suite=robustness_l2", f"output_dir={tmp_path}", f"cache_dir={cache}", "device=cpu", "models=[capsnet]"]
+    (plain,), (minimal,) = plan(compose(common)), plan(compose([*common, "params.minimal=[fmn]"]))
+    assert (measuring_where(plain), measuring_where(minimal)) == ("robustness_l2/quick", "robustness_l2+minimal/quick")
+    work = {u.key: Work(0.0, 1_000_000.0) for u in (plain, minimal)}
+    before = price([plain], work, "cpu2", rates(str(cache))).minutes
+    done = UnitResult(key=minimal.key, spec=minimal, status="done", seconds=500.0)
+    observe(done, work[minimal.key], "cpu2", str(cache))
+    table = rates(str(cache))
+    assert table["cpu2"]["measure"]["robustness_l2+minimal/quick"] == {"capsnet": 2_000}
+    assert price([minimal], work, "cpu2", table).minutes * 60 == pytest.approx(500.0)
+    assert price([plain], work, "cpu2", table).minutes == before

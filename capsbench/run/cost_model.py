@@ -82,6 +82,12 @@ def epochs_done(unit: UnitSpec) -> int:
     return done if isinstance(done, int) and not isinstance(done, bool) and done > 0 else 0
 
 
+def measuring_where(unit: UnitSpec) -> str:
+    """The rates table's place of the unit's measuring speed: "<work kind>/<budget>", the work kind its suite's
+    (robustness_l2+minimal for a robustness_l2 unit with minimum-norm attacks)."""
+    return f"{SUITES.get(unit.suite)().work_kind(unit.run_config())}/{unit.config['budget']}"
+
+
 def checkpoint_cached(unit: UnitSpec) -> bool:
     """Whether the checkpoint the unit trains is in the cache (retrain=true: never)."""
     return not unit.config.get("retrain") and unit.checkpoint is not None \
@@ -170,7 +176,7 @@ def _priced(units: list[UnitSpec], work: dict[str, Work], device: str,
     slowest = min((r for models in table[device].get("measure", {}).values() for r in models.values()), default=1000.0)
     for unit in units:
         w, budget, parts = work[unit.key], unit.config["budget"], {}
-        for kind, passes, where in (("train", w.train, budget), ("measure", w.measure, f"{unit.suite}/{budget}")):
+        for kind, passes, where in (("train", w.train, budget), ("measure", w.measure, measuring_where(unit))):
             if passes <= 0:
                 parts[kind] = 0.0
                 continue
@@ -233,10 +239,10 @@ def _rate(table: dict[str, Any], device: str, kind: str, where: str, unit: UnitS
             per_image = _training_scale(unit, where) if kind == "train" else 1.0
             return float(got[model]) * ratio[d] / per_image, basis, d
     mine = unit_macs(unit)
-    suite = where.partition("/")[0] if kind == "measure" else ""
+    work_kind = where.partition("/")[0] if kind == "measure" else None
     if mine:  # the measured model nearest in MACs per image (at `where` if any, else another budget of the suite)
         found = [(at, d, m, theirs) for d in peers for at, got in table[d].get(kind, {}).items()
-                 if at == where or at.startswith(suite) for m in got
+                 if work_kind is None or at.partition("/")[0] == work_kind for m in got
                  if (theirs := reference_macs(m, at.rpartition("/")[2], unit))]
         same = [f for f in found if f[0] == where] or found
         if same:
@@ -349,7 +355,7 @@ def observe(result: UnitResult, work: Work, device: str, cache_dir: str | None) 
                                                                                                       budget)
         seen["train"] = {budget: {result.spec.model: round(rate)}}
     if measuring > 0 and work.measure > 0:
-        seen["measure"] = {f"{result.spec.suite}/{budget}": {result.spec.model: round(work.measure / measuring)}}
+        seen["measure"] = {measuring_where(result.spec): {result.spec.model: round(work.measure / measuring)}}
     if not seen:
         return
     table = _observed(cache_dir)

@@ -102,6 +102,11 @@ class Suite:
         the units' progress and time left. Default: one pass over the test images."""
         return float(test_images(cfg))
 
+    def work_kind(self, cfg: Any) -> str:
+        """The name under which the measuring speed (declared passes per second) is learned and priced: the suite's,
+        unless a setting changes how its declared passes relate to its time. Default: the suite's name."""
+        return self.name
+
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         """Records {"metric": name, "value": float, <sweep column>: value, ...} for one model."""
         raise NotImplementedError

@@ -132,6 +132,11 @@ class RobustnessSuite(Suite):
         return test_images(cfg) * (1 + attack_passes(cfg.params, grid, DATASETS.get(cfg.dataset).num_classes,
                                                      self.NORM))
 
+    def work_kind(self, cfg: Any) -> str:
+        """Minimum-norm attacks run their declared passes in full, where early exit cuts the fixed-eps attacks' to a
+        fraction: a unit with them has a speed of its own ("<suite>+minimal")."""
+        return f"{self.name}+minimal" if cfg.params.minimal else self.name
+
     def measure(self, ctx: Context) -> list[dict[str, Any]]:
         p, y = ctx.params, ctx.splits.test_y
         grid, bb = ctx.resources.eps, ctx.resources.blackbox
