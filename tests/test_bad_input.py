@@ -31,6 +31,7 @@ BAD = [
     ),
     (ROB + ["params.eps=[-0.1]"], r"params\.eps maps dataset -> a list of numbers, got the list \[-0\.1\]"),
     (ROB + ["params.eps=[2]"], r"params\.eps maps dataset -> a list of numbers, got the list \[2\]"),
+    (ROB + ["params.examples=-1"], r"params\.examples must be >= 0 \(images in each model's adversarial-example grid"),
     (ROB + ["params.blackbox_eps=0.1"], r"params\.blackbox_eps maps dataset -> a number.*blackbox_eps\.mnist=0\.1"),
     (["run", "suite=efficiency", "params.repeats=0"], r"params\.repeats must be an integer >= 1 \(timed calls"),
     (["run", "suite=efficiency", "params.routing_max_iterations=1"],

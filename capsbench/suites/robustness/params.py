@@ -102,6 +102,9 @@ class RobustnessParams:
             )
         if p.detection_val_images < 1:
             raise CapsbenchError(f"params.detection_val_images must be >= 1, got {p.detection_val_images}")
+        if p.examples < 0:
+            raise CapsbenchError(f"params.examples must be >= 0 (images in each model's adversarial-example grid; 0 "
+                                 f"draws none), got {p.examples}")
         if not p.attacks and not p.ensemble:
             raise CapsbenchError("params.attacks and params.ensemble are empty: name at least one attack, e.g. "
                                  "params.attacks=[apgd]")
