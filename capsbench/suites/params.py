@@ -127,8 +127,6 @@ class OverlapParams:
     @staticmethod
     def validate(cfg: Any) -> None:
         at_least(cfg.params, "test_pairs_per_digit", 1, "pairs of the fixed test set per test digit")
-        at_least(cfg.params, "val_pairs_per_digit", 1, "validation pairs per validation digit")
-        at_least(cfg.params, "max_shift", 0, "pixels each digit is shifted by, at most, per axis")
         at_least(cfg.params, "figure_pairs", 0, "test pairs in the segmentation figure; 0 draws none")
 
 
