@@ -298,7 +298,8 @@ def test_a_cuda_run_never_starts_several_unit_processes_on_one_gpu(settings, wor
 @pytest.mark.slow
 def test_a_ray_started_here_requires_a_token_of_its_own_that_no_file_holds(tmp_path, monkeypatch):
     """Ray binds its servers to every interface, so the Ray a run starts requires a token made for that run: its
-    workers hold it, no file does (not ~/.ray/auth_token), and the settings it replaced come back afterwards."""
+    workers hold it, no file does (not ~/.ray/auth_token), and the settings it replaced come back afterwards; a second
+    run in the same process starts its own Ray with a new token."""
     pytest.importorskip("ray")
     import ray
     from ray._raylet import AuthenticationMode, get_authentication_mode
@@ -312,18 +313,24 @@ def test_a_ray_started_here_requires_a_token_of_its_own_that_no_file_holds(tmp_p
     def probe(self, units, on_event):
         seen["mode"] = get_authentication_mode()
         seen["worker"] = ray.get(ray.remote(lambda: (os.environ.get("RAY_AUTH_MODE"),
-                                                     len(os.environ.get("RAY_AUTH_TOKEN", "")))).remote())
+                                                     os.environ.get("RAY_AUTH_TOKEN", ""))).remote())
         seen["python"] = ray.get(ray.remote(lambda: sys.executable).remote())
         yield from ()
 
     monkeypatch.setattr(ray_tasks.RayLauncher, "_run", probe)
     cfg = compose(["suite=accuracy", "budget=smoke", "device=cpu", "launcher=ray", "ray.num_cpus=1",
                    f"output_dir={tmp_path / 'out'}"])
-    assert list(ray_tasks.RayLauncher(cfg).run(plan(cfg)[:1], lambda event: None)) == []
-    assert seen["worker"] == ("token", 64) and seen["mode"] == AuthenticationMode.TOKEN
+    tokens = set()
+    for _ in range(2):  # a second run in one process gets a token of its own, and its driver uses it (not the first's)
+        assert list(ray_tasks.RayLauncher(cfg).run(plan(cfg)[:1], lambda event: None)) == []
+        mode, token = seen.pop("worker")
+        assert mode == "token" and len(token) == 64 and seen["mode"] == AuthenticationMode.TOKEN
+        tokens.add(token)
+    assert len(tokens) == 2
     # the workers run this interpreter (Ray was imported before capsbench here): under `uv run` Ray's hook would rebuild
     # the project for them in its session folder, gigabytes from the package index with HOME pointing at an empty cache
     assert seen["python"] == sys.executable
     assert not (tmp_path / ".ray" / "auth_token").exists() and not ray.is_initialized()
     assert os.environ["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in os.environ
     assert get_authentication_mode() == AuthenticationMode.DISABLED
+

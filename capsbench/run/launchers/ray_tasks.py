@@ -139,24 +139,30 @@ def own_token() -> dict[str, str | None]:
     and of the Ray processes it starts, never written to a file. Ray (2.60) binds its servers to every interface and
     turns a loopback node address into the host's, so the token is what keeps other hosts out. Returns the settings
     it replaced, for restore_token."""
-    from ray._raylet import Config  # Ray reads these settings from the environment once; read again, as Ray does
-
     saved = {k: os.environ.get(k) for k in AUTH_SETTINGS}
     os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
-    Config.initialize("")
+    _reload_auth()
     return saved
 
 
 def restore_token(saved: dict[str, str | None]) -> None:
     """Put back the Ray authentication settings own_token replaced."""
-    from ray._raylet import Config
-
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    Config.initialize("")
+    _reload_auth()
+
+
+def _reload_auth() -> None:
+    """Make Ray read its authentication settings from the environment again: its config, and the token its loader
+    keeps from its first read (kept, the second Ray of one process got a new token and its driver the first one's,
+    and could not reach its own GCS)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")  # before the cache is dropped, as Ray's own reset does
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _drain(queue: Queue, on_event: Sink) -> None:
