@@ -334,3 +334,45 @@ def test_a_ray_started_here_requires_a_token_of_its_own_that_no_file_holds(tmp_p
     assert os.environ["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in os.environ
     assert get_authentication_mode() == AuthenticationMode.DISABLED
 
+
+@pytest.mark.slow
+def test_units_sending_events_keep_their_cpu_so_ray_runs_no_more_units_than_cpus(tmp_path, monkeypatch):
+    """A task that waits on Ray lends its CPU to the next task: when each event waited for the queue, a Ray of one
+    CPU ran two of these three units at once. Sent without waiting, they run one after another, and every event is on
+    the queue before its unit's result."""
+    pytest.importorskip("ray")
+    import ray
+    from ray.util.queue import Queue
+
+    from capsbench.run.launchers import ray_tasks
+    from capsbench.run.units import UnitEvent
+
+    def unit(sink, key):
+        start = time.time()
+        for step in range(30):
+            sink(UnitEvent(key, "measured", {"passes": step}))
+            until = time.time() + 0.2
+            while time.time() < until:  # busy, like a unit measuring
+                pass
+        sink.delivered()
+        return start, time.time()
+
+    seen = {}
+
+    def probe(self, units, on_event):
+        queue = Queue(actor_options={"num_cpus": 0})
+        sink = ray_tasks.QueueSink(queue)
+        task = ray.remote(unit).options(**self.task_options())
+        seen["spans"] = sorted(ray.get([task.remote(sink, f"u{i}") for i in range(3)]))
+        seen["events"] = queue.get_nowait_batch(queue.qsize())
+        queue.shutdown()
+        yield from ()
+
+    monkeypatch.setattr(ray_tasks.RayLauncher, "_run", probe)
+    cfg = compose(["suite=accuracy", "budget=smoke", "device=cpu", "launcher=ray", "ray.num_cpus=1", "threads=1",
+                   f"output_dir={tmp_path / 'out'}"])
+    assert list(ray_tasks.RayLauncher(cfg).run(plan(cfg)[:1], lambda event: None)) == []
+    spans = seen["spans"]
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans
+    assert sorted((e["key"], e["data"]["passes"]) for e in seen["events"]) == [(f"u{i}", s) for i in range(3)
+                                                                               for s in range(30)]

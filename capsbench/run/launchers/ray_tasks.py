@@ -7,8 +7,9 @@ worker dies (a lost node costs only its tasks) and when it raises (retry_excepti
 such as another job's memory on its GPU. A CapsbenchError is not retried (remote.py). A unit whose tries are all
 spent is handed back failed; the other units go on.
 
-Events (a unit started, each training epoch) travel through a Ray queue actor: workers put them as they happen, and
-the driver drains the queue between waits (at least every POLL_SECONDS) and before it hands a result on.
+Events (a unit started, each training epoch, its measuring) travel through a Ray queue actor: workers send them as they
+happen, without waiting (QueueSink), and the driver drains the queue between waits (at least every POLL_SECONDS) and
+before it hands a result on.
 """
 
 from __future__ import annotations
@@ -37,16 +38,45 @@ AUTH_SETTINGS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")  # Ray's token authenticatio
 
 
 class QueueSink:
-    """Worker side: a unit's events put on the driver's queue actor. Losing an event never fails the unit."""
+    """Worker side: a unit's events sent to the driver's queue actor without waiting for them. A task that waits
+    (ray.get) lends its CPU to the next task, and Ray then runs more tasks than it has CPUs: with a waiting put, each
+    event could let one more unit start (four of five units at once on `ray.num_cpus=2` four minutes into a run).
+    delivered() waits for them once, at the task's end, so they reach the queue before the driver sees its result.
+    Losing an event never fails the unit."""
 
     def __init__(self, queue: Queue) -> None:
-        self.queue = queue
+        self.actor = queue.actor
+        self.sent: list[ray.ObjectRef] = []
 
     def __call__(self, event: UnitEvent) -> None:
         try:
-            self.queue.put(event.to_dict())
+            self.sent.append(self.actor.put_nowait.remote(event.to_dict()))
         except RayError as exc:
             log.warning("cannot send unit event to the driver (%s); the unit goes on", exc)
+
+    def delivered(self) -> None:
+        """Wait until every event sent so far is on the queue."""
+        sent, self.sent = self.sent, []
+        try:
+            ray.get(sent)
+        except RayError as exc:
+            log.warning("unit events may be lost on the way to the driver (%s); the unit goes on", exc)
+
+
+def train_task(spec: dict[str, Any], sink: QueueSink) -> dict[str, Any]:
+    """A Ray task: remote.train_entry, its events on the queue before it returns."""
+    try:
+        return remote.train_entry(spec, sink)
+    finally:
+        sink.delivered()
+
+
+def measure_task(spec: dict[str, Any], trained: dict[str, Any] | None, sink: QueueSink) -> dict[str, Any]:
+    """A Ray task: remote.measure_entry, its events on the queue before it returns."""
+    try:
+        return remote.measure_entry(spec, trained, sink)
+    finally:
+        sink.delivered()
 
 
 class RayLauncher:
@@ -99,8 +129,8 @@ class RayLauncher:
 
     def _run(self, units: list[UnitSpec], on_event: Sink) -> Iterator[UnitResult]:
         options = self.task_options()
-        train = ray.remote(remote.train_entry).options(**options, name="capsbench.train")
-        measure = ray.remote(remote.measure_entry).options(**options, name="capsbench.unit")
+        train = ray.remote(train_task).options(**options, name="capsbench.train")
+        measure = ray.remote(measure_task).options(**options, name="capsbench.unit")
         queue = Queue(actor_options={"num_cpus": 0})
         sink = QueueSink(queue)
         pending: dict[ray.ObjectRef, UnitSpec] = {}
