@@ -102,3 +102,23 @@ def test_every_rejection_happens_before_heavy_libraries_load(tmp_path, cli_probe
     assert probe.codes == [2] * len(BAD), probe.stderr
     assert probe.heavy == []
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("device, cuda, message", [
+    ("mps", 0, r"device=mps but no MPS device is available \(Apple silicon, macOS 12\.3\+\); use device=cpu or auto"),
+    ("cuda", 0, r"device=cuda but no CUDA device is available; use device=cpu or auto"),
+    ("cuda:7", 2, r"device=cuda:7 but this machine has 2 CUDA device\(s\), cuda:0 to cuda:1; use one of them, or "
+                  r"device=cuda"),
+])
+def test_a_device_this_machine_lacks_is_refused_before_any_unit(device, cuda, message, tmp_path, monkeypatch):
+    """The device is the one check that needs torch; a missing one stops the run like any bad input (device=mps on
+    Linux ran every unit to fail it)."""
+    import torch
+
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+    result = CliRunner().invoke(app, _args([*ACC, "budget=smoke", f"device={device}"], tmp_path))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and re.search(message, lines[0]), result.output
+    assert list(tmp_path.iterdir()) == []

@@ -206,15 +206,23 @@ def _shipped_layers(schema: DictConfig, suite: str | None, budget: str) -> DictC
 
 
 def _resolve_device(cfg: DictConfig) -> None:
-    """device=auto -> cuda or cpu, and device=cuda only with a CUDA device: the one check that imports torch."""
-    if cfg.device != "auto" and not cfg.device.startswith("cuda"):
+    """device=auto -> cuda or cpu; device=cuda[:N] and mps only where this machine has that device: the one check
+    that imports torch."""
+    if cfg.device == "cpu":
         return
     import torch  # here, last: every other check runs before torch loads
 
     if cfg.device == "auto":
         cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif cfg.device == "mps":
+        if not torch.backends.mps.is_available():
+            raise CapsbenchError("device=mps but no MPS device is available (Apple silicon, macOS 12.3+); "
+                                 "use device=cpu or auto")
     elif not torch.cuda.is_available():
         raise CapsbenchError(f"device={cfg.device} but no CUDA device is available; use device=cpu or auto")
+    elif ":" in cfg.device and int(cfg.device.split(":")[1]) >= (count := torch.cuda.device_count()):
+        raise CapsbenchError(f"device={cfg.device} but this machine has {count} CUDA device(s), cuda:0 to "
+                             f"cuda:{count - 1}; use one of them, or device=cuda")
 
 
 def to_dict(cfg: DictConfig) -> dict[str, Any]:
