@@ -93,6 +93,9 @@ def test_filters_that_match_nothing_explain_what_exists(tracked_store, tmp_path)
     assert result.exit_code == 2 and "did you mean 'accuracy'" in result.output
     result = report(f"sqlite:///{tmp_path / 'none.db'}", tmp_path)
     assert result.exit_code == 2 and "no MLflow store" in result.output and not (tmp_path / "none.db").exists()
+    (tmp_path / "empty.db").touch()  # SQLite reads an empty file as an empty database: MLflow filled it with tables
+    result = report(f"sqlite:///{tmp_path / 'empty.db'}", tmp_path)
+    assert result.exit_code == 2 and "(an empty file)" in result.output and (tmp_path / "empty.db").stat().st_size == 0
 
 
 def test_report_embeds_figures_and_flags_short_budgets(tmp_path):

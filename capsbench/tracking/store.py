@@ -165,11 +165,13 @@ def _end_with_client(uri: str, run_ids: list[str], status: str, error: str | Non
 
 
 def check_store(uri: str) -> None:
-    """A missing SQLite file would be created empty by MLflow; say where the runs were expected instead."""
+    """A missing SQLite file would be created by MLflow, and an empty one (a valid empty database to SQLite) filled with
+    its tables: neither holds runs, so say where the runs were expected instead and leave the file alone."""
     db = sqlite_path(uri)
-    if db is not None and not db.exists():
+    if db is not None and (not db.exists() or (db.is_file() and db.stat().st_size == 0)):
+        what = "an empty file" if db.exists() else "no such file"
         raise CapsbenchError(
-            f"no MLflow store at {uri}; run `capsbench run` first, or point tracking.uri= "
+            f"no MLflow store at {uri} ({what}); run `capsbench run` first, or point tracking.uri= "
             "(or output_dir=) at the store your runs wrote to"
         )
 
