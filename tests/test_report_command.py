@@ -91,6 +91,8 @@ def test_filters_that_match_nothing_explain_what_exists(tracked_store, tmp_path)
     assert result.exit_code == 2 and "no finished runs" in result.output and "accuracy/smoke/mnist" in result.output
     result = report(uri, tmp_path, "suite=acuracy")
     assert result.exit_code == 2 and "did you mean 'accuracy'" in result.output
+    result = report(uri, tmp_path, "since=2026-12-01", "until=2026-11-01")
+    assert result.exit_code == 2 and "since=2026-12-01 is after until=2026-11-01, so no run can match" in result.output
     result = report(f"sqlite:///{tmp_path / 'none.db'}", tmp_path)
     assert result.exit_code == 2 and "no MLflow store" in result.output and not (tmp_path / "none.db").exists()
     (tmp_path / "empty.db").touch()  # SQLite reads an empty file as an empty database: MLflow filled it with tables

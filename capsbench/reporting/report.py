@@ -59,9 +59,12 @@ def selection(cfg: DictConfig) -> Selection:
     suite = None if cfg.suite == CLAIMS_SUITE else cfg.suite
     if suite is not None:
         SUITES.get(suite)  # an unknown name fails here with close matches
+    since, until = parse_when(cfg.since, "since"), parse_when(cfg.until, "until")
+    if since is not None and until is not None and since > until:
+        raise CapsbenchError(f"since={cfg.since} is after until={cfg.until}, so no run can match; swap them")
     return Selection(
         suite=suite, models=tuple(cfg.models) if cfg.models else None, dataset=cfg.dataset, budget=cfg.budget,
-        version=cfg.version, code=cfg.code, since=parse_when(cfg.since, "since"), until=parse_when(cfg.until, "until"),
+        version=cfg.version, code=cfg.code, since=since, until=until,
     )
 
 
