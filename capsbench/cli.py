@@ -175,6 +175,13 @@ def _request(overrides: list[str] | None) -> Any:
     return parse_command_line(list(overrides or []))
 
 
+def _plain(value: Any) -> str:
+    """A command-line value as the user wrote it (lists and mappings as plain Python)."""
+    from omegaconf import OmegaConf  # lazy, as above
+
+    return repr(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+
+
 def _dry_run(overrides: list[str] | None, gpu: str, fmt: str) -> None:
     """The plan and its estimated time on the run's device (device=cuda where there is none: `gpu`); nothing runs."""
     try:
@@ -326,6 +333,13 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
             model, seed = request.get("model"), request.get("seed", 0)
             if model is None:
                 raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
+            if not isinstance(model, str):
+                raise CapsbenchError(f"model= names one model here, got {_plain(model)}; train them one by one, or "
+                                     "`capsbench run suite=accuracy models=[...]` trains several")
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                several = "; train them one by one, or `capsbench run suite=accuracy seeds=[...]` trains several"
+                raise CapsbenchError(f"seed= takes one integer here, e.g. seed=0, got {_plain(seed)}"
+                                     + (several if not isinstance(seed, str) and hasattr(seed, "__len__") else ""))
             cfg = compose(request.without("model", "seed").merged({"models": [model], "seeds": [seed]}),
                           require_suite=False, resolve_device=False)
             check_before_work(cfg)

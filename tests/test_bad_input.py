@@ -63,6 +63,10 @@ BAD = [
         r"data\.root=\S+/nowhere/data does not exist; point data\.root=DIR or CAPSBENCH_DATA",
     ),
     (["train", "model=capsnet", "train.epochs=-1"], r"train\.epochs must be an integer >= 1, got -1"),
+    (["train", "model=capsnet", "seed=[0,1]"], r"seed= takes one integer here, e\.g\. seed=0, got \[0, 1\]; train them "
+                                               r"one by one"),
+    (["train", "model=capsnet", "seed=abc"], r"seed= takes one integer here, e\.g\. seed=0, got 'abc'$"),
+    (["train", "model=[capsnet]"], r"model= names one model here, got \['capsnet'\]"),
     (["show-config", "suite=robustness", "params.eps=[0.1]"], r"params\.eps maps dataset"),
 ]
 
