@@ -61,7 +61,8 @@ DryRun = Annotated[
 ]
 Gpu = Annotated[
     Optional[str], typer.Option("--gpu", metavar="NAME", help="With --dry-run and device=cuda where there is no GPU: "
-                                "the GPU to price (H100 or H200; default H100).", show_default=False)
+                                "the GPU to price (H100 or H200; default H100); refused for a run on the CPU.",
+                                show_default=False)
 ]
 
 
@@ -141,7 +142,7 @@ def run(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text",
     if gpu is not None and not dry_run:
         _fail("--gpu names the GPU a --dry-run prices; add --dry-run (a real run uses the GPU it finds)")
     if dry_run:
-        _dry_run(overrides, gpu or "H100", fmt)
+        _dry_run(overrides, gpu or "H100", fmt, named=gpu is not None)
         return
     with signals_raise():
         try:
@@ -182,10 +183,15 @@ def _plain(value: Any) -> str:
     return repr(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
 
 
-def _dry_run(overrides: list[str] | None, gpu: str, fmt: str) -> None:
-    """The plan and its estimated time on the run's device (device=cuda where there is none: `gpu`); nothing runs."""
+def _dry_run(overrides: list[str] | None, gpu: str, fmt: str, named: bool = False) -> None:
+    """The plan and its estimated time on the run's device (device=cuda where there is none: `gpu`, which the user
+    `named` with --gpu, or the default); nothing runs."""
     try:
         plan = _plan(_request(overrides), overrides, gpu=gpu)
+        devices = sorted({str(section.cfg.device) for section in plan.sections})
+        if named and plan.sections and not any(d.startswith("cuda") for d in devices):
+            raise CapsbenchError(f"--gpu {gpu} prices a CUDA run, but this run's device is {', '.join(devices)}: add "
+                                 "device=cuda")
         from capsbench.run.dry_run import describe, lines  # heavy: only once the input is known to be good
 
         described = describe(plan, gpu)

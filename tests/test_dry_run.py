@@ -42,6 +42,20 @@ def test_gpu_without_dry_run_is_refused(tmp_path, cli_probe):
     assert probe.code == 2 and "--gpu names the GPU a --dry-run prices" in probe.stderr
 
 
+def test_gpu_for_a_run_on_the_cpu_is_refused_not_ignored(tmp_path, mnist_root):
+    """--gpu H200 on a plan whose device is the CPU priced the CPU and said nothing of the GPU it was asked for."""
+    from typer.testing import CliRunner
+
+    from capsbench.cli import app
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", "suite=accuracy", "device=cpu", f"data.root={mnist_root}",
+                                      "data.download=false", f"output_dir={out}", "--dry-run", "--gpu", "H200"])
+    assert result.exit_code == 2 and result.output.strip() == ("error: --gpu H200 prices a CUDA run, but this run's "
+                                                               "device is cpu: add device=cuda"), result.output
+    assert not out.exists()
+
+
 def test_price_is_work_over_rate_and_says_how_it_derived_what_was_not_measured(tmp_path):
     cfg = compose(["suite=robustness", f"output_dir={tmp_path}", "device=cpu"])
     units = plan(cfg)
