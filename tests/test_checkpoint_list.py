@@ -89,3 +89,6 @@ def test_cache_directory_follows_run_defaults(tmp_path, monkeypatch):
     assert cache_directory(parse_command_line([])) == tmp_path / "env"
     with pytest.raises(CapsbenchError, match="did you mean 'cache_dir'"):
         cache_directory(parse_command_line(["cache_dri=x"]))
+    (tmp_path / "afile").touch()  # a file is no cache: "no checkpoints in <file>" read as an empty cache
+    with pytest.raises(CapsbenchError, match=r"cache_dir \S+/afile is no directory: point cache_dir="):
+        cache_directory(parse_command_line([f"cache_dir={tmp_path}/afile"]))

@@ -41,7 +41,11 @@ def cache_directory(request: Request) -> Path:
     chosen = str(raw["cache_dir"]) if raw.get("cache_dir") else os.environ.get("CAPSBENCH_CACHE")
     if not chosen:
         chosen = str(Path(raw.get("output_dir") or RunConfig.output_dir) / "checkpoints")
-    return resolved(chosen, "cache_dir")
+    directory = resolved(chosen, "cache_dir")
+    if directory.exists() and not directory.is_dir():
+        raise CapsbenchError(f"cache_dir {directory} is no directory: point cache_dir= (or CAPSBENCH_CACHE) at the "
+                             "folder your runs keep their checkpoints in")
+    return directory
 
 
 def _from_checkpoint(path: Path) -> dict[str, Any]:
