@@ -123,6 +123,20 @@ def test_parity_reads_as_easily_as_and_says_who_is_ahead():
     assert no_better.verdict == SUPPORTED and "cnn_sabour ahead of capsnet beyond the margin" in no_better.reason
 
 
+def test_one_model_measured_two_ways_is_named_by_its_settings_in_the_verdict():
+    """marchisio2023-routing's row said "capsnet ahead of capsnet in every seed" of its two CapsNets."""
+    from capsbench.reporting.margin_tests import _said
+
+    c = claim(better=Side("capsnet", model_args={"routing_iterations": 3}),
+              worse=Side("capsnet", model_args={"routing_iterations": 1}), relation="no_better", margin=5.0)
+    assert c.names == ("capsnet (routing_iterations=3)", "capsnet (routing_iterations=1)")
+    assert claim().names == ("capsnet", "cnn_sabour")
+    metric = next(m for m in SUITES.get("accuracy").metrics if m.name == "test_accuracy")
+    text = _said(c, metric, [-3.2, -1.9, -4.9], 0.1, 0.005, None, None)
+    assert "(capsnet (routing_iterations=3) - capsnet (routing_iterations=1))" in text
+    assert "capsnet (routing_iterations=1) ahead of capsnet (routing_iterations=3) in every seed, by 1.9 to 4.9" in text
+
+
 def test_margin_claims_honour_one_seed_verdicts():
     """Margin claims ignored one_seed_verdicts=true."""
     records = right_first("capsnet", [9950], 10000) + right_first("cnn_sabour", [9948], 10000)

@@ -118,6 +118,13 @@ class Claim:
         """Whether a paper prints the claim's numbers (else they are kept apart and never called a paper's)."""
         return self.unsourced is None
 
+    @property
+    def names(self) -> tuple[str, str]:
+        """How a verdict's words name the better and the worse side: their models, or their whole labels where both
+        sides are one model measured two ways ("capsnet ahead of capsnet" said nothing)."""
+        a, b = self.better, self.worse
+        return (a.model, b.model) if a.model != b.model else (a.label, b.label)
+
 
 def load_claims(directory: Path | None = None) -> list[Claim]:
     """Every claim of every <baselines>/claims/*.yaml, validated (claims on one pair and metric under one protocol:

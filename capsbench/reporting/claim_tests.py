@@ -181,7 +181,7 @@ def _seed_rule(claim: Any, budget: str, seeds: list[int], diffs: list[float], st
     tied = [s for s, d in zip(seeds, diffs) if d == 0]
     n = len(seeds)
     if ahead and behind:
-        return _more(f"the direction differs between {unit}s ({claim.better.model} ahead in {unit}(s) "
+        return _more(f"the direction differs between {unit}s ({claim.names[0]} ahead in {unit}(s) "
                      f"{', '.join(map(str, ahead))}, behind in {', '.join(map(str, behind))}); {said}", p_seed)
     if tied:
         return _more(f"tied in {unit}(s) {', '.join(map(str, tied))}: a zero difference is no lead; {said}", p_seed)

@@ -51,7 +51,7 @@ def decide_margin(claim: Any, metric: Any, better: Evidence, worse: Evidence, on
             if images is not None:
                 p = max(p, images.beyond_p(bound / scale, above))
             if p < ALPHA:
-                who = claim.better.model if above else claim.worse.model
+                who = claim.names[0] if above else claim.names[1]
                 return Decision(-1, f"{who} is better by more than the margin of {margin:g} in every seed "
                                     f"(p = {p:.2g}{' on the images too' if images is not None else ''}); {said}", p)
     return Decision(0, f"neither within nor beyond the margin of {margin:g}: {said}", p_seed, "more seeds")
@@ -67,7 +67,7 @@ def _one_seed(claim: Any, images: Images, diff: float, margin: float, alike: lis
     for bound, above in beyond:
         p_out = images.beyond_p(bound / scale, above)
         if p_out < ALPHA:
-            who = claim.better.model if above else claim.worse.model
+            who = claim.names[0] if above else claim.names[1]
             return Decision(-1, f"{who} is better by more than the margin of {margin:g}: {test}, beyond it p = "
                                 f"{p_out:.2g}", p_out, ONE_SEED_NEEDS)
     return Decision(0, f"neither within nor beyond the margin of {margin:g}: {test}", p, ONE_SEED_NEEDS)
@@ -78,7 +78,7 @@ def _said(claim: Any, metric: Any, diffs: list[float], step: float, p_seed: floa
     """The differences, which side is ahead, the estimate with its 90 % interval (the two one-sided tests' at 5 %)
     and the tests."""
     name = "two one-sided t-tests" if claim.relation == "parity" else "one-sided t-test"
-    a, b = claim.better.model, claim.worse.model
+    a, b = claim.names
     text = f"per-seed differences {', '.join(f'{d:+.3g}' for d in diffs)} ({a} - {b})"
     margin = float(claim.margin)
     for leader, lags, ahead in ((a, b, [d for d in diffs if d > 0]), (b, a, [-d for d in diffs if d < 0])):

@@ -90,7 +90,7 @@ def judge(claim: Claim, run: Run | None, one_seed: bool = False) -> Judgement:
         needs = "; ".join(dict.fromkeys(m.needs for m in misses))
         return Judgement(claim, PROTOCOL_NOT_MET, "; ".join(m.text for m in misses), needs=needs, **kept)
     if better.undertrained or worse.undertrained:
-        model = claim.better.model if better.undertrained else claim.worse.model
+        model = claim.names[0] if better.undertrained else claim.names[1]
         return Judgement(claim, UNRESOLVED, f"{model} is undertrained (below its dataset's validation floor)",
                          needs="longer training (budget=quick or paper)", **kept)
     suite = SUITES.get(claim.suite)
