@@ -1,6 +1,8 @@
 """The efficiency and routing suites through the driver on synthetic data: fresh models without training,
 variants expanded into record columns, parameters validated before anything runs."""
 
+import re
+
 import pandas as pd
 import pytest
 from composing import compose
@@ -38,6 +40,11 @@ def test_efficiency_builds_fresh_models_and_reports_every_metric(tmp_path, run):
     assert "routing_iteration_latency" not in set(cnn.metric)
     assert set(cnn[cnn.metric == "params"].part) == {"encoder", "total"}
     assert "slope" in caps[caps.metric == "routing_iteration_latency"].method.iloc[0]
+    # every timing says the load it was taken under (a latency beside other work reads slower), under the table
+    loads = set(frame[frame.metric == "latency"].host_load)
+    assert len(loads) >= 1 and all(re.fullmatch(r"\d+\.\d on \d+ CPUs", load) for load in loads), loads
+    table = (tmp_path / "efficiency" / "table.md").read_text()
+    assert re.search(r"^- host_load: \d+\.\d on \d+ CPUs", table, re.M), table
 
 
 def test_routing_suite_trains_one_variant_per_r(tmp_path, run):

@@ -3,6 +3,7 @@ synchronise otherwise); per-routing-iteration cost by a least-squares slope over
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
@@ -19,6 +20,18 @@ def device_label(device: str) -> str:
         tf32 = "on" if torch.backends.cuda.matmul.allow_tf32 else "off"
         return f"{torch.cuda.get_device_name(torch.device(device))}, tf32 {tf32}"
     return f"cpu {platform.machine()}, {torch.get_num_threads()} threads"
+
+
+def host_load() -> str:
+    """The machine's 1-minute load average (runnable tasks, this process's own included) against the CPUs this process
+    may use, read as a unit's timing begins: a latency timed beside other work reads slower, and not by one factor for
+    every model. "2.1 on 2 CPUs"; "unknown" where the system keeps no load average."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return "unknown"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{load:.1f} on {cpus} CPUs"
 
 
 def time_call(fn: Callable[[], object], *, device: str, warmup: int, repeats: int) -> list[float]:
