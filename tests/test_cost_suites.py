@@ -54,6 +54,8 @@ def test_routing_suite_trains_one_variant_per_r(tmp_path, run):
     assert sorted(frame[frame.metric == "test_accuracy"].r) == [1, 2]
     assert (tmp_path / "routing" / "routing_ablation.png").exists()
     assert "| r | accuracy (%)" in result.markdown
+    timing = r"^- device: cpu .*\n- dtype: float32\n- host_load: \d+\.\d on \d+ CPUs$"
+    assert re.search(timing, result.markdown, re.M), result.markdown  # how the latencies were taken, as in efficiency
 
 
 def test_routing_variants_leave_models_without_routing_alone():

@@ -7,19 +7,19 @@ from typing import Any
 
 import torch
 
-from capsbench.cost.timing import median_seconds
+from capsbench.cost.timing import device_label, host_load, median_seconds
 from capsbench.models import MODELS
 from capsbench.suites.accuracy import accuracy_records
 from capsbench.suites.base import Context, Metric, Suite, Variant
 from capsbench.suites.layout import Column, Layout, SweepPlot, TableSpec
 from capsbench.suites.params import RoutingParams
-from capsbench.util.precision import autocast, maybe_compile
+from capsbench.util.precision import autocast, dtype_label, maybe_compile
 
 
 class RoutingSuite(Suite):
     test_model = "capsnet"
     description = "CapsNet trained at r = 1..5 routing iterations: test accuracy and latency against r"
-    sweep_columns = ("r",)
+    sweep_columns = ("r", "device", "dtype", "host_load")
     metrics = (
         Metric("test_accuracy", "%", True, "top-1 test accuracy of the variant trained at r iterations"),
         Metric("test_error", "%", False, "100 - test_accuracy"),
@@ -38,6 +38,7 @@ class RoutingSuite(Suite):
                     Column("throughput", "throughput", detail="large batch"),
                 ),
                 rows=("r",),
+                describe=("device", "dtype", "host_load"),  # how the timings were taken (efficiency's TIMING)
             ),
         ),
         figures=(
@@ -62,6 +63,7 @@ class RoutingSuite(Suite):
         records = accuracy_records(ctx)
         model = maybe_compile(ctx.model.eval(), p.compile)
         side = ctx.protocol.input_size(split.spec.image_size)
+        timing = {"device": device_label(ctx.device), "dtype": dtype_label(p.precision), "host_load": host_load()}
         for batch in (1, p.large_batch):
             x = torch.rand(batch, split.spec.in_channels, side, side, device=ctx.device)
 
@@ -71,7 +73,7 @@ class RoutingSuite(Suite):
 
             seconds = median_seconds(forward, device=ctx.device, warmup=p.warmup, repeats=p.repeats)
             if batch == 1:
-                records.append({"metric": "latency", "value": 1e3 * seconds})
+                records.append({"metric": "latency", "value": 1e3 * seconds, **timing})
             else:
-                records.append({"metric": "throughput", "value": batch / seconds})
+                records.append({"metric": "throughput", "value": batch / seconds, **timing})
         return records
