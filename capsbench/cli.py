@@ -176,22 +176,15 @@ def _request(overrides: list[str] | None) -> Any:
     return parse_command_line(list(overrides or []))
 
 
-def _plain(value: Any) -> str:
-    """A command-line value as the user wrote it (lists and mappings as plain Python)."""
-    from omegaconf import OmegaConf  # lazy, as above
-
-    return repr(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
-
-
 def _dry_run(overrides: list[str] | None, gpu: str, fmt: str, named: bool = False) -> None:
     """The plan and its estimated time on the run's device (device=cuda where there is none: `gpu`, which the user
     `named` with --gpu, or the default); nothing runs."""
     try:
         plan = _plan(_request(overrides), overrides, gpu=gpu)
-        devices = sorted({str(section.cfg.device) for section in plan.sections})
-        if named and plan.sections and not any(d.startswith("cuda") for d in devices):
-            raise CapsbenchError(f"--gpu {gpu} prices a CUDA run, but this run's device is {', '.join(devices)}: add "
-                                 "device=cuda")
+        devices = {str(section.cfg.device) for section in plan.sections}
+        if named and devices and not any(d.startswith("cuda") for d in devices):
+            raise CapsbenchError(f"--gpu {gpu} prices a CUDA run, but this run's device is "
+                                 f"{', '.join(sorted(devices))}: add device=cuda")
         from capsbench.run.dry_run import describe, lines  # heavy: only once the input is known to be good
 
         described = describe(plan, gpu)
@@ -339,13 +332,13 @@ def train(overrides: Overrides = None, quiet: Quiet = False, fmt: Format = "text
             model, seed = request.get("model"), request.get("seed", 0)
             if model is None:
                 raise CapsbenchError("which model? add model=NAME (see `capsbench list models`)")
-            if not isinstance(model, str):
-                raise CapsbenchError(f"model= names one model here, got {_plain(model)}; train them one by one, or "
+            if not isinstance(model, str):  # the request holds plain values: a list for model=[a,b]
+                raise CapsbenchError(f"model= names one model here, got {model!r}; train them one by one, or "
                                      "`capsbench run suite=accuracy models=[...]` trains several")
             if isinstance(seed, bool) or not isinstance(seed, int):
                 several = "; train them one by one, or `capsbench run suite=accuracy seeds=[...]` trains several"
-                raise CapsbenchError(f"seed= takes one integer here, e.g. seed=0, got {_plain(seed)}"
-                                     + (several if not isinstance(seed, str) and hasattr(seed, "__len__") else ""))
+                raise CapsbenchError(f"seed= takes one integer here, e.g. seed=0, got {seed!r}"
+                                     + (several if isinstance(seed, list) else ""))
             cfg = compose(request.without("model", "seed").merged({"models": [model], "seeds": [seed]}),
                           require_suite=False, resolve_device=False)
             check_before_work(cfg)
