@@ -69,3 +69,17 @@ def test_routing_variants_leave_models_without_routing_alone():
 def test_fp16_is_refused_before_anything_runs(run, suite):
     with pytest.raises(CapsbenchError, match="fp16"):
         run(f"suite={suite}", "params.precision=fp16")
+
+
+def test_host_load_reads_the_load_average_against_the_usable_cpus(monkeypatch):
+    from capsbench.cost import timing
+
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (2.14, 1.0, 0.5))
+    monkeypatch.setattr(timing.os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)  # not the machine's count
+    assert timing.host_load() == "2.1 on 3 CPUs"
+
+    def unavailable():
+        raise OSError("no load average")
+
+    monkeypatch.setattr(timing.os, "getloadavg", unavailable)
+    assert timing.host_load() == "unknown"

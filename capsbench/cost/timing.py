@@ -13,6 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from capsbench.util.precision import dtype_label
+
+TIMING = ("device", "dtype", "host_load")  # how a timing was taken: record fields a table states under it
+
 
 def device_label(device: str) -> str:
     """Device name, with the TF32 state on CUDA (matmul TF32 changes fp32 results and speed)."""
@@ -32,6 +36,11 @@ def host_load() -> str:
         return "unknown"
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{load:.1f} on {cpus} CPUs"
+
+
+def how_timed(device: str, precision: str) -> dict[str, str]:
+    """The TIMING fields of a unit's timed records: its device, dtype and the host load as its timing begins."""
+    return {"device": device_label(device), "dtype": dtype_label(precision), "host_load": host_load()}
 
 
 def time_call(fn: Callable[[], object], *, device: str, warmup: int, repeats: int) -> list[float]:

@@ -10,23 +10,15 @@ import torch
 
 from capsbench.cost.macs import PARTS, count_macs, parameter_counts
 from capsbench.cost.memory import StepSpec, cpu_peak_rss, cuda_peak_bytes
-from capsbench.cost.timing import (
-    device_label,
-    host_load,
-    median_seconds,
-    routing_inputs,
-    routing_modules,
-    time_iterations,
-)
+from capsbench.cost.timing import TIMING, how_timed, median_seconds, routing_inputs, routing_modules, time_iterations
 from capsbench.suites.base import Context, Metric, Suite
 from capsbench.suites.layout import Column, Group, Layout, SweepColumns, TableSpec
 from capsbench.suites.params import EfficiencyParams
-from capsbench.util.precision import autocast, dtype_label, maybe_compile
+from capsbench.util.precision import autocast, maybe_compile
 from capsbench.util.progress import Progress
 
 log = logging.getLogger(__name__)
 MIB = 2**20
-TIMING = ("device", "dtype", "host_load")  # how timings were taken: stated under the tables, never columns
 LAYOUT = Layout(
     (
         TableSpec(
@@ -96,7 +88,7 @@ LAYOUT = Layout(
 class EfficiencySuite(Suite):
     description = "params, MACs (FLOPs = 2 MACs), peak memory, latency, throughput, latency per routing iteration"
     needs_training = False
-    sweep_columns = ("part", "module", "op", "mode", "batch", "r", "method", "device", "dtype", "host_load")
+    sweep_columns = ("part", "module", "op", "mode", "batch", "r", "method", *TIMING)
     metrics = (
         Metric("params", "M", False, "parameters, total and per part (encoder, routing weights, decoder)", exact=True),
         Metric(
@@ -129,8 +121,7 @@ class EfficiencySuite(Suite):
         spec = ctx.splits.spec
         side = ctx.protocol.input_size(spec.image_size)
         shape = (spec.in_channels, side, side)
-        timing = {"device": device_label(ctx.device), "dtype": dtype_label(p.precision),  # on every measured record
-                  "host_load": host_load()}
+        timing = how_timed(ctx.device, p.precision)  # on every measured record
         timed = ([("peak memory", self._memory)] if p.memory else []) + [
             ("latency", self._latency),
             ("routing latency", self._routing),

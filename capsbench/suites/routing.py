@@ -7,19 +7,19 @@ from typing import Any
 
 import torch
 
-from capsbench.cost.timing import device_label, host_load, median_seconds
+from capsbench.cost.timing import TIMING, how_timed, median_seconds
 from capsbench.models import MODELS
 from capsbench.suites.accuracy import accuracy_records
 from capsbench.suites.base import Context, Metric, Suite, Variant
 from capsbench.suites.layout import Column, Layout, SweepPlot, TableSpec
 from capsbench.suites.params import RoutingParams
-from capsbench.util.precision import autocast, dtype_label, maybe_compile
+from capsbench.util.precision import autocast, maybe_compile
 
 
 class RoutingSuite(Suite):
     test_model = "capsnet"
     description = "CapsNet trained at r = 1..5 routing iterations: test accuracy and latency against r"
-    sweep_columns = ("r", "device", "dtype", "host_load")
+    sweep_columns = ("r", *TIMING)
     metrics = (
         Metric("test_accuracy", "%", True, "top-1 test accuracy of the variant trained at r iterations"),
         Metric("test_error", "%", False, "100 - test_accuracy"),
@@ -38,7 +38,7 @@ class RoutingSuite(Suite):
                     Column("throughput", "throughput", detail="large batch"),
                 ),
                 rows=("r",),
-                describe=("device", "dtype", "host_load"),  # how the timings were taken (efficiency's TIMING)
+                describe=TIMING,  # how the timings were taken, under the table
             ),
         ),
         figures=(
@@ -63,7 +63,7 @@ class RoutingSuite(Suite):
         records = accuracy_records(ctx)
         model = maybe_compile(ctx.model.eval(), p.compile)
         side = ctx.protocol.input_size(split.spec.image_size)
-        timing = {"device": device_label(ctx.device), "dtype": dtype_label(p.precision), "host_load": host_load()}
+        timing = how_timed(ctx.device, p.precision)
         for batch in (1, p.large_batch):
             x = torch.rand(batch, split.spec.in_channels, side, side, device=ctx.device)
 
